@@ -1,0 +1,37 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`. See README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+ORG ?= 0a000000-0000-4000-8000-000000000001
+AGENT ?=
+SCOPE ?=
+
+.PHONY: help run stop test stack token lint fmt
+
+help:
+	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1"
+	@echo "make stop   stop what make run started"
+	@echo "make test   the whole test suite (starts the stack it needs)"
+	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
+
+run:
+	@scripts/run.sh start
+
+stop:
+	@scripts/run.sh stop
+
+test:
+	@scripts/test.sh
+
+stack:
+	@scripts/stack.sh up
+
+token:
+	@scripts/run.sh token "$(ORG)" "$(AGENT)" "$(SCOPE)"
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all

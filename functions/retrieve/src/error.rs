@@ -1,0 +1,87 @@
+//! The HTTP error boundary: one enum, one status mapping, JSON bodies `{"error": {"code", "message"}}`.
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{1}")]
+    BadRequest(&'static str, String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::Unauthorized(message.into())
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::Forbidden(message.into())
+    }
+
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(..) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest(code, _) => code,
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
+            Self::NotFound(_) => "not_found",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::Unprocessable(_) => "invalid_request",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+impl From<memory_core::Error> for ApiError {
+    fn from(error: memory_core::Error) -> Self {
+        use memory_core::Error as E;
+        match error {
+            E::Validation(m) => Self::Unprocessable(m),
+            E::Forbidden(m) => Self::Forbidden(m),
+            E::NotFound { kind, id } => Self::NotFound(format!("{kind} {id} not found")),
+            E::Database(sqlx::Error::PoolTimedOut) => Self::Unavailable("database busy; retry".into()),
+            other => Self::Internal(anyhow::Error::new(other)),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(e) = &self {
+            tracing::error!(error = ?e, "request failed");
+        }
+        let body = json!({ "error": { "code": self.code(), "message": self.to_string() } });
+        (self.status_code(), Json(body)).into_response()
+    }
+}

@@ -1,0 +1,37 @@
+//! The OpenAPI 3.1 document, generated from the handler annotations and the types.
+
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+
+use crate::routes;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "agent-memory retrieve API", description = "Memories worth putting into an agent's next prompt."),
+    paths(
+        routes::system::healthz,
+        routes::system::tools,
+        routes::retrieve::retrieve,
+        routes::retrieve::memory_query_tool,
+        routes::search::search,
+        routes::memories::get_memory,
+        routes::memories::chain,
+    ),
+    components(schemas(routes::retrieve::MemoryQueryInput)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+    }
+}

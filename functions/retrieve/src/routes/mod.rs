@@ -1,0 +1,26 @@
+//! Routes of the retrieve API.
+
+pub(crate) mod memories;
+pub(crate) mod retrieve;
+pub(crate) mod search;
+pub(crate) mod system;
+
+use axum::{
+    Router,
+    routing::{get, post},
+};
+
+use crate::{AppState, error::ApiError};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/openapi.json", get(system::openapi))
+        .route("/v1/tools", get(system::tools))
+        .route("/v1/retrieve", post(retrieve::retrieve))
+        .route("/v1/tools/memory.query", post(retrieve::memory_query_tool))
+        .route("/v1/search", post(search::search))
+        .route("/v1/memories/{id}", get(memories::get_memory))
+        .route("/v1/memories/{id}/chain", get(memories::chain))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+}

@@ -1,0 +1,90 @@
+//! POST /v1/retrieve: the pipeline's three modes.
+
+use axum::{Json, extract::State};
+use memory_core::retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, SessionTurn};
+use serde::Deserialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::{AppState, auth::Principal, error::ApiError, extract::ApiJson};
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveBody {
+    pub mode: RetrievalMode,
+    /// The turn text (passive, mention) or the agent's question (agent_query).
+    pub query: String,
+    /// Required for passive mode (cooldown is per session).
+    pub session_id: Option<String>,
+    pub turn: Option<u32>,
+    pub project_id: Option<Uuid>,
+    pub task_id: Option<Uuid>,
+    /// Only for service tokens with the memory:any_agent scope, or equal to the token's agent.
+    pub agent_id: Option<Uuid>,
+    /// Must be the caller's own organisation when given.
+    pub organization_id: Option<Uuid>,
+    pub max_results: Option<usize>,
+    /// Exclude restricted memories (always on in passive mode).
+    pub sensitivity_gate: Option<bool>,
+}
+
+/// Input of the agent's `memory.query` tool.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryQueryInput {
+    /// What to look for, in natural language; exact identifiers (error codes, paths) are matched too.
+    pub query: String,
+    /// How many memories to return (1-100, default 20).
+    pub max_results: Option<usize>,
+    pub project_id: Option<Uuid>,
+    pub task_id: Option<Uuid>,
+}
+
+#[utoipa::path(
+    post, path = "/v1/retrieve", request_body = RetrieveBody,
+    responses((status = 200, body = RetrievalResult), (status = 400), (status = 401), (status = 403), (status = 413), (status = 422)),
+    security(("bearer" = []))
+)]
+pub async fn retrieve(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(body): ApiJson<RetrieveBody>,
+) -> Result<Json<RetrievalResult>, ApiError> {
+    principal.check_organization(body.organization_id)?;
+    let agent_id = principal.acting_agent(body.agent_id)?;
+    let session = match (body.session_id, body.turn) {
+        (Some(session_id), Some(turn)) if !session_id.is_empty() => Some(SessionTurn { session_id, turn }),
+        (None, None) => None,
+        _ => return Err(ApiError::Unprocessable("session_id and turn must be given together".into())),
+    };
+    if body.mode == RetrievalMode::Passive && session.is_none() {
+        return Err(ApiError::Unprocessable("passive mode needs session_id and turn".into()));
+    }
+    let mut request = RetrievalRequest::new(principal.organization_id, body.mode, body.query);
+    request.agent_id = agent_id;
+    request.project_id = body.project_id;
+    request.task_id = body.task_id;
+    request.session = session;
+    request.max_results = body.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
+    request.sensitivity_gate = body.mode == RetrievalMode::Passive || body.sensitivity_gate.unwrap_or(false);
+    Ok(Json(state.retriever.query(request).await?))
+}
+
+/// POST /v1/tools/memory.query: the agent's tool call, run as agent_query for the token's agent.
+#[utoipa::path(
+    post, path = "/v1/tools/memory.query", request_body = MemoryQueryInput,
+    responses((status = 200, body = RetrievalResult), (status = 400), (status = 401), (status = 422)),
+    security(("bearer" = []))
+)]
+pub async fn memory_query_tool(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(input): ApiJson<MemoryQueryInput>,
+) -> Result<Json<RetrievalResult>, ApiError> {
+    let mut request = RetrievalRequest::new(principal.organization_id, RetrievalMode::AgentQuery, input.query);
+    request.agent_id = principal.agent_id;
+    request.project_id = input.project_id;
+    request.task_id = input.task_id;
+    request.max_results = input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
+    Ok(Json(state.retriever.query(request).await?))
+}

@@ -1,0 +1,41 @@
+-- A memory: one durable, scoped, attributable fact, event, procedure or preference.
+CREATE TABLE memory (
+    organization_id      uuid NOT NULL,
+    id                   uuid NOT NULL,
+    project_id           uuid,
+    project_task_id      uuid,
+    agent_id             uuid,
+    scope                text NOT NULL CHECK (scope IN ('org', 'project', 'task', 'agent_private')),
+    memory_type          text NOT NULL CHECK (memory_type IN
+                             ('episodic', 'semantic', 'procedural', 'preference', 'entity_profile', 'execution_summary')),
+    status               text NOT NULL DEFAULT 'active' CHECK (status IN ('candidate', 'active', 'superseded', 'archived')),
+    sensitivity          text NOT NULL DEFAULT 'normal' CHECK (sensitivity IN ('normal', 'restricted')),
+    content              text NOT NULL CHECK (length(content) > 0),
+    embedding            vector(384),
+    content_tsv          tsvector GENERATED ALWAYS AS (to_tsvector('memory_text', content)) STORED,
+    confidence           double precision NOT NULL DEFAULT 0.5 CHECK (confidence BETWEEN 0 AND 1),
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    last_verified_at     timestamptz,
+    expires_at           timestamptz,
+    superseded_by        uuid,
+    superseded_at        timestamptz,
+    archived_at          timestamptz,
+    file_backed          boolean NOT NULL DEFAULT false,
+    file_path            text,
+    content_hash         text,
+    file_last_scanned_at timestamptz,
+    -- Provenance: where the memory came from and how far it is trusted.
+    source_kind          text NOT NULL DEFAULT 'explicit' CHECK (source_kind IN
+                             ('chat_message', 'event', 'file', 'import', 'explicit', 'synthesis', 'merge')),
+    source_ref           text,
+    trust_level          text NOT NULL DEFAULT 'unverified' CHECK (trust_level IN ('verified', 'unverified', 'untrusted')),
+    tags                 text[] NOT NULL DEFAULT '{}',
+    labels               jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(labels) = 'object'),
+    PRIMARY KEY (organization_id, id),
+    FOREIGN KEY (organization_id, superseded_by) REFERENCES memory (organization_id, id),
+    CHECK (scope <> 'project' OR project_id IS NOT NULL),
+    CHECK (scope <> 'task' OR project_task_id IS NOT NULL),
+    CHECK (scope <> 'agent_private' OR agent_id IS NOT NULL),
+    CHECK (NOT file_backed OR file_path IS NOT NULL)
+);

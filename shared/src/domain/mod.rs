@@ -1,0 +1,203 @@
+//! Domain types: the schema's rows and the vocabularies of their text columns.
+
+#[macro_use]
+mod text_enum;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+pub use text_enum::UnknownVariant;
+
+text_enum! {
+    /// Who may read a memory (besides its organisation).
+    Scope { Org => "org", Project => "project", Task => "task", AgentPrivate => "agent_private" }
+}
+
+text_enum! {
+    /// What kind of knowledge a memory holds; decides its recency half-life.
+    MemoryType {
+        Episodic => "episodic",
+        Semantic => "semantic",
+        Procedural => "procedural",
+        Preference => "preference",
+        EntityProfile => "entity_profile",
+        ExecutionSummary => "execution_summary",
+    }
+}
+
+text_enum! {
+    /// Lifecycle state; only `active` memories are ever retrieved.
+    MemoryStatus { Candidate => "candidate", Active => "active", Superseded => "superseded", Archived => "archived" }
+}
+
+text_enum! {
+    /// `restricted` memories are withheld from passive injection.
+    Sensitivity { Normal => "normal", Restricted => "restricted" }
+}
+
+text_enum! {
+    /// How far a memory's source is trusted (the write gate against memory poisoning).
+    TrustLevel { Verified => "verified", Unverified => "unverified", Untrusted => "untrusted" }
+}
+
+text_enum! {
+    /// What produced a memory.
+    SourceKind {
+        ChatMessage => "chat_message",
+        Event => "event",
+        File => "file",
+        Import => "import",
+        Explicit => "explicit",
+        Synthesis => "synthesis",
+        Merge => "merge",
+    }
+}
+
+text_enum! {
+    /// The outcome of reviewing a pair of near-duplicate memories.
+    DedupDecision {
+        Deferred => "deferred",
+        KeepBoth => "keep_both",
+        Merge => "merge",
+        SupersedeA => "supersede_a",
+        SupersedeB => "supersede_b",
+    }
+}
+
+/// Where a memory came from: the kind of source, a reference into it (a file path and git blob SHA, a run and
+/// turn id, ...) and how far it is trusted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, ToSchema)]
+pub struct Provenance {
+    pub source_kind: SourceKind,
+    pub source_ref: Option<String>,
+    pub trust_level: TrustLevel,
+}
+
+/// A stored memory, without its embedding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, ToSchema)]
+pub struct Memory {
+    pub id: Uuid,
+    pub organization_id: Uuid,
+    pub project_id: Option<Uuid>,
+    pub project_task_id: Option<Uuid>,
+    pub agent_id: Option<Uuid>,
+    pub scope: Scope,
+    pub memory_type: MemoryType,
+    pub status: MemoryStatus,
+    pub sensitivity: Sensitivity,
+    pub content: String,
+    pub confidence: f64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub last_verified_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub superseded_by: Option<Uuid>,
+    pub superseded_at: Option<DateTime<Utc>>,
+    pub archived_at: Option<DateTime<Utc>>,
+    pub file_backed: bool,
+    pub file_path: Option<String>,
+    pub content_hash: Option<String>,
+    pub file_last_scanned_at: Option<DateTime<Utc>>,
+    #[sqlx(flatten)]
+    pub provenance: Provenance,
+    pub tags: Vec<String>,
+    /// Key/value labels (a JSON object of strings).
+    #[schema(value_type = Object)]
+    pub labels: serde_json::Value,
+}
+
+/// What it takes to write a new memory; everything else has a default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewMemory {
+    pub organization_id: Uuid,
+    pub project_id: Option<Uuid>,
+    pub project_task_id: Option<Uuid>,
+    pub agent_id: Option<Uuid>,
+    pub scope: Scope,
+    pub memory_type: MemoryType,
+    pub status: MemoryStatus,
+    pub sensitivity: Sensitivity,
+    pub content: String,
+    pub embedding: Option<Vec<f32>>,
+    pub confidence: f64,
+    pub created_at: Option<DateTime<Utc>>,
+    pub file_path: Option<String>,
+    pub content_hash: Option<String>,
+    pub provenance: Provenance,
+    pub tags: Vec<String>,
+    pub labels: serde_json::Value,
+}
+
+impl NewMemory {
+    /// An active, normal-sensitivity, organisation-wide memory with unverified explicit provenance.
+    pub fn new(organization_id: Uuid, memory_type: MemoryType, content: impl Into<String>) -> Self {
+        Self {
+            organization_id,
+            project_id: None,
+            project_task_id: None,
+            agent_id: None,
+            scope: Scope::Org,
+            memory_type,
+            status: MemoryStatus::Active,
+            sensitivity: Sensitivity::Normal,
+            content: content.into(),
+            embedding: None,
+            confidence: 0.5,
+            created_at: None,
+            file_path: None,
+            content_hash: None,
+            provenance: Provenance {
+                source_kind: SourceKind::Explicit,
+                source_ref: None,
+                trust_level: TrustLevel::Unverified,
+            },
+            tags: Vec::new(),
+            labels: serde_json::json!({}),
+        }
+    }
+
+    /// Copies scope, ownership and sensitivity from `memory` (for rows that replace it).
+    pub fn replacing(memory: &Memory, content: impl Into<String>) -> Self {
+        Self {
+            project_id: memory.project_id,
+            project_task_id: memory.project_task_id,
+            agent_id: memory.agent_id,
+            scope: memory.scope,
+            sensitivity: memory.sensitivity,
+            confidence: memory.confidence,
+            file_path: memory.file_path.clone(),
+            tags: memory.tags.clone(),
+            labels: memory.labels.clone(),
+            ..Self::new(memory.organization_id, memory.memory_type, content)
+        }
+    }
+}
+
+/// A node of an organisation's memory taxonomy tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow, ToSchema)]
+pub struct TaxonomyNode {
+    pub id: Uuid,
+    pub parent_id: Option<Uuid>,
+    pub name: String,
+}
+
+/// An entity (person, service, repository, ...) that memories mention.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, ToSchema)]
+pub struct Entity {
+    pub id: Uuid,
+    pub organization_id: Uuid,
+    pub name: String,
+    pub entity_type: String,
+    pub synthesis_memory_id: Option<Uuid>,
+}
+
+/// An entity with its synthesised profile memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EntityProfile {
+    pub entity_id: Uuid,
+    pub name: String,
+    pub entity_type: String,
+    pub profile: Memory,
+}

@@ -1,0 +1,17 @@
+//! memory-core: everything the agent-memory service does, free of any transport.
+//!
+//! The Lambda functions in `functions/*` translate HTTP requests, SQS messages and scheduled events into calls on
+//! this crate and its results back. Nothing here knows about Lambda, API Gateway or SQS payloads.
+
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod embed;
+pub mod error;
+pub mod lifecycle;
+pub mod llm;
+pub mod retrieval;
+pub mod store;
+pub mod telemetry;
+
+pub use error::{Error, Result};

@@ -1,0 +1,49 @@
+//! Bedrock Converse adapter (a Haiku-class model by default).
+
+use async_trait::async_trait;
+use aws_sdk_bedrockruntime::{
+    Client,
+    error::DisplayErrorContext,
+    types::{ContentBlock, ConversationRole, InferenceConfiguration, Message, SystemContentBlock},
+};
+
+use super::{Llm, LlmError, LlmRequest};
+
+pub struct BedrockLlm {
+    client: Client,
+    model_id: String,
+}
+
+impl BedrockLlm {
+    pub fn new(client: Client, model_id: impl Into<String>) -> Self {
+        Self { client, model_id: model_id.into() }
+    }
+}
+
+#[async_trait]
+impl Llm for BedrockLlm {
+    async fn complete(&self, request: LlmRequest) -> Result<String, LlmError> {
+        let message = Message::builder()
+            .role(ConversationRole::User)
+            .content(ContentBlock::Text(request.prompt))
+            .build()
+            .map_err(|e| LlmError::Call(e.to_string()))?;
+        let output = self
+            .client
+            .converse()
+            .model_id(&self.model_id)
+            .system(SystemContentBlock::Text(request.system))
+            .messages(message)
+            .inference_config(InferenceConfiguration::builder().max_tokens(request.max_tokens).temperature(0.0).build())
+            .request_metadata("invocation_purpose", request.purpose.as_str())
+            .send()
+            .await
+            .map_err(|e| LlmError::Call(DisplayErrorContext(e).to_string()))?;
+        let message = output
+            .output
+            .and_then(|o| o.as_message().ok().cloned())
+            .ok_or_else(|| LlmError::Malformed("Converse returned no message".into()))?;
+        let text: String = message.content.iter().filter_map(|block| block.as_text().ok()).cloned().collect();
+        if text.is_empty() { Err(LlmError::Malformed("Converse returned no text".into())) } else { Ok(text) }
+    }
+}

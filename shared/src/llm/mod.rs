@@ -1,0 +1,67 @@
+//! The language model behind classification, dedup, merge, contradiction checks and synthesis: the [`Llm`] trait,
+//! the Bedrock Converse adapter and a deterministic scripted model for tests.
+
+mod bedrock;
+mod scripted;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use bedrock::BedrockLlm;
+pub use scripted::ScriptedLlm;
+
+/// Why the model is called; recorded with each call (Bedrock request metadata) for cost attribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvocationPurpose {
+    MemoryRetrieval,
+    MemorySynthesis,
+    MemoryDedup,
+    MemoryMerge,
+    MemoryContradiction,
+}
+
+impl InvocationPurpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MemoryRetrieval => "memory_retrieval",
+            Self::MemorySynthesis => "memory_synthesis",
+            Self::MemoryDedup => "memory_dedup",
+            Self::MemoryMerge => "memory_merge",
+            Self::MemoryContradiction => "memory_contradiction",
+        }
+    }
+}
+
+/// One completion request: a system instruction and a user prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmRequest {
+    pub purpose: InvocationPurpose,
+    pub system: String,
+    pub prompt: String,
+    pub max_tokens: i32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("model call failed: {0}")]
+    Call(String),
+    #[error("model call timed out")]
+    Timeout,
+    #[error("model answer could not be used: {0}")]
+    Malformed(String),
+}
+
+#[async_trait]
+pub trait Llm: Send + Sync {
+    /// The model's text answer.
+    async fn complete(&self, request: LlmRequest) -> Result<String, LlmError>;
+}
+
+/// Parses the first JSON value (object or array) in a model's answer, tolerating prose or code fences around it.
+pub fn parse_json<T: serde::de::DeserializeOwned>(answer: &str) -> Result<T, LlmError> {
+    let start = answer.find(['{', '[']).ok_or_else(|| LlmError::Malformed("no JSON in answer".into()))?;
+    let close = if answer[start..].starts_with('{') { '}' } else { ']' };
+    let end = answer.rfind(close).filter(|e| *e > start).ok_or_else(|| LlmError::Malformed("unterminated JSON".into()))?;
+    serde_json::from_str(&answer[start..=end]).map_err(|e| LlmError::Malformed(e.to_string()))
+}

@@ -1,0 +1,153 @@
+//! Stage 1: the vector and keyword branches, run concurrently inside the scope predicate and fused with RRF.
+//! A branch that fails degrades the result instead of failing it.
+
+use std::collections::HashMap;
+
+use pgvector::Vector;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::fusion;
+use crate::{
+    domain::Memory,
+    store::{self, ScopeFilter, SearchFilters, candidates::CandidateRow},
+};
+
+/// A memory in the Stage 1 candidate set.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub memory: Memory,
+    pub cosine_sim: Option<f64>,
+    pub keyword_score: Option<f64>,
+    pub taxonomy_node_ids: Vec<Uuid>,
+    pub vector_rank: Option<usize>,
+    pub keyword_rank: Option<usize>,
+    pub rrf: f64,
+}
+
+/// Stage 1's output and what went wrong on the way.
+pub struct CandidateSet {
+    pub candidates: Vec<Candidate>,
+    pub degraded_reasons: Vec<String>,
+}
+
+/// Settings of the two branches.
+pub struct BranchSettings<'a> {
+    pub limit: usize,
+    pub text_search_config: &'a str,
+    pub statement_timeout_ms: u64,
+    pub run_vector: bool,
+    pub run_keyword: bool,
+}
+
+/// Runs the branches and fuses them; the candidates come back best-fused first, ties by id.
+pub async fn gather(
+    pool: &PgPool,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text: &str,
+    query: Option<&Vector>,
+    settings: &BranchSettings<'_>,
+) -> crate::Result<CandidateSet> {
+    let vector = async {
+        let (Some(q), true) = (query, settings.run_vector) else { return None };
+        Some(
+            async {
+                let mut tx =
+                    store::begin_search(pool, scope.organization_id, settings.limit, settings.statement_timeout_ms)
+                        .await?;
+                let rows = store::candidates::vector_branch(&mut tx, scope, filters, q, settings.limit).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(rows)
+            }
+            .await,
+        )
+    };
+    let keyword = async {
+        if !settings.run_keyword || text.trim().is_empty() {
+            return None;
+        }
+        Some(
+            async {
+                let mut tx =
+                    store::begin_search(pool, scope.organization_id, settings.limit, settings.statement_timeout_ms)
+                        .await?;
+                let rows = store::candidates::keyword_branch(
+                    &mut tx,
+                    scope,
+                    filters,
+                    settings.text_search_config,
+                    text,
+                    query,
+                    settings.limit,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(rows)
+            }
+            .await,
+        )
+    };
+    let (vector, keyword) = tokio::join!(vector, keyword);
+
+    let mut degraded_reasons = Vec::new();
+    let mut failed = 0;
+    let mut ok_rows = |result: Option<Result<Vec<CandidateRow>, sqlx::Error>>, reason: &str| match result {
+        None => Vec::new(),
+        Some(Ok(rows)) => rows,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, branch = reason, "search branch failed; continuing without it");
+            degraded_reasons.push(reason.to_string());
+            failed += 1;
+            Vec::new()
+        }
+    };
+    let vector_rows = ok_rows(vector, "vector_search_failed");
+    let keyword_rows = ok_rows(keyword, "keyword_search_failed");
+    if failed == 2 {
+        return Err(crate::Error::Unexpected(anyhow::anyhow!("both search branches failed")));
+    }
+
+    Ok(CandidateSet { candidates: fuse(vector_rows, keyword_rows, settings.limit), degraded_reasons })
+}
+
+/// Merges the branch lists by memory id and orders them by RRF score (ties by id).
+pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, limit: usize) -> Vec<Candidate> {
+    let mut by_id: HashMap<Uuid, Candidate> = HashMap::new();
+    for (rank, row) in vector_rows.into_iter().enumerate() {
+        by_id.insert(row.memory.id, candidate(row, Some(rank + 1), None));
+    }
+    for (rank, row) in keyword_rows.into_iter().enumerate() {
+        match by_id.get_mut(&row.memory.id) {
+            Some(existing) => {
+                existing.keyword_rank = Some(rank + 1);
+                existing.keyword_score = row.keyword_score;
+            }
+            None => {
+                by_id.insert(row.memory.id, candidate(row, None, Some(rank + 1)));
+            }
+        }
+    }
+    let mut candidates: Vec<Candidate> = by_id
+        .into_values()
+        .map(|mut c| {
+            c.rrf = fusion::rrf(&[c.vector_rank, c.keyword_rank]);
+            c
+        })
+        .collect();
+    candidates.sort_by(|a, b| b.rrf.total_cmp(&a.rrf).then(a.memory.id.cmp(&b.memory.id)));
+    candidates.truncate(limit);
+    candidates
+}
+
+fn candidate(row: CandidateRow, vector_rank: Option<usize>, keyword_rank: Option<usize>) -> Candidate {
+    Candidate {
+        memory: row.memory,
+        cosine_sim: row.cosine_sim,
+        keyword_score: row.keyword_score,
+        taxonomy_node_ids: row.taxonomy_node_ids,
+        vector_rank,
+        keyword_rank,
+        rrf: 0.0,
+    }
+}

@@ -1,0 +1,93 @@
+//! Passive-injection cooldown: a memory returned to a session is withheld for that session's next turns.
+//! State lives in this process only (it resets on a cold start, which the spec accepts) and is bounded: the
+//! least recently used sessions are forgotten first.
+
+use std::{
+    collections::{HashMap, HashSet},
+    num::NonZeroUsize,
+    sync::Mutex,
+};
+
+use lru::LruCache;
+use uuid::Uuid;
+
+/// Turns after a return during which a memory is withheld (returned at turn t: withheld t+1..t+4, back at t+5).
+pub const COOLDOWN_TURNS: u32 = 5;
+
+type SessionKey = (Uuid, String);
+
+pub struct CooldownTracker {
+    window: u32,
+    sessions: Mutex<LruCache<SessionKey, HashMap<Uuid, u32>>>,
+}
+
+impl CooldownTracker {
+    pub fn new(max_sessions: usize) -> Self {
+        let capacity = NonZeroUsize::new(max_sessions.max(1)).expect("at least one session");
+        Self { window: COOLDOWN_TURNS, sessions: Mutex::new(LruCache::new(capacity)) }
+    }
+
+    /// Memories withheld from this session at this turn.
+    pub fn cooling(&self, organization_id: Uuid, session_id: &str, turn: u32) -> HashSet<Uuid> {
+        let mut sessions = self.sessions.lock().expect("cooldown lock");
+        let Some(returned) = sessions.get(&(organization_id, session_id.to_string())) else {
+            return HashSet::new();
+        };
+        returned.iter().filter(|(_, at)| **at <= turn && turn - **at < self.window).map(|(id, _)| *id).collect()
+    }
+
+    /// Records what was returned to this session at this turn, forgetting entries that no longer matter.
+    pub fn record(&self, organization_id: Uuid, session_id: &str, turn: u32, memories: impl IntoIterator<Item = Uuid>) {
+        let mut sessions = self.sessions.lock().expect("cooldown lock");
+        let returned = sessions.get_or_insert_mut((organization_id, session_id.to_string()), HashMap::new);
+        returned.retain(|_, at| *at > turn || turn - *at < self.window);
+        for id in memories {
+            returned.insert(id, turn);
+        }
+    }
+
+    /// Sessions currently tracked.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().expect("cooldown lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_returned_at_turn_one_is_withheld_for_turns_two_to_five_and_back_at_six() {
+        let tracker = CooldownTracker::new(10);
+        let org = Uuid::now_v7();
+        let m = Uuid::now_v7();
+        tracker.record(org, "s", 1, [m]);
+        for turn in 2..=5 {
+            assert!(tracker.cooling(org, "s", turn).contains(&m), "turn {turn}");
+        }
+        assert!(!tracker.cooling(org, "s", 6).contains(&m));
+    }
+
+    #[test]
+    fn sessions_and_organisations_do_not_share_cooldowns() {
+        let tracker = CooldownTracker::new(10);
+        let (org, other_org, m) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        tracker.record(org, "s", 1, [m]);
+        assert!(tracker.cooling(org, "other-session", 2).is_empty());
+        assert!(tracker.cooling(other_org, "s", 2).is_empty());
+    }
+
+    #[test]
+    fn state_is_bounded_by_the_session_capacity() {
+        let tracker = CooldownTracker::new(3);
+        let org = Uuid::now_v7();
+        for i in 0..100 {
+            tracker.record(org, &format!("s{i}"), 1, [Uuid::now_v7()]);
+        }
+        assert_eq!(tracker.len(), 3);
+    }
+}

@@ -1,0 +1,158 @@
+//! The retrieval pipeline (scope filter → taxonomy classification → subtree filter → ranking) and the strategy
+//! searches of MEM-004, behind one [`Retriever`].
+
+pub mod candidates;
+pub mod cooldown;
+pub mod fusion;
+pub mod mention;
+mod pipeline;
+pub mod ranking;
+mod search;
+pub mod taxonomy;
+mod types;
+
+use std::{sync::Arc, time::Duration};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+pub use types::*;
+
+use crate::{
+    config::RetrievalConfig,
+    domain::{Memory, Scope},
+    embed::{CachedEmbedder, Embedder},
+    llm::Llm,
+    store::{self, ScopeFilter},
+};
+
+/// Longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 8 * 1024;
+
+/// Scopes of a caller that is not an agent (a service such as the prompt builder): everything shared.
+const SERVICE_READ_SCOPES: [Scope; 3] = [Scope::Org, Scope::Project, Scope::Task];
+
+/// Answers retrieval and search requests. Built once per process; cheap to share behind an `Arc`.
+pub struct Retriever {
+    pool: PgPool,
+    embedder: Arc<dyn Embedder>,
+    llm: Option<Arc<dyn Llm>>,
+    llm_timeout: Duration,
+    config: RetrievalConfig,
+    cooldown: cooldown::CooldownTracker,
+    /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
+    text_search_config: String,
+    statement_timeout_ms: u64,
+}
+
+impl Retriever {
+    pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>, config: RetrievalConfig) -> Self {
+        let embedder: Arc<dyn Embedder> = Arc::new(CachedEmbedder::new(embedder, config.query_cache_entries));
+        Self {
+            pool,
+            embedder,
+            llm,
+            llm_timeout: Duration::from_millis(2000),
+            cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
+            config,
+            text_search_config: "memory_text".into(),
+            statement_timeout_ms: 5000,
+        }
+    }
+
+    /// Bounds every LLM classification call.
+    pub fn with_llm_timeout(mut self, timeout: Duration) -> Self {
+        self.llm_timeout = timeout;
+        self
+    }
+
+    /// Overrides the query-side text search configuration (it must match the column's).
+    pub fn with_text_search_config(mut self, config: impl Into<String>) -> Self {
+        self.text_search_config = config.into();
+        self
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn config(&self) -> &RetrievalConfig {
+        &self.config
+    }
+
+    /// The Stage 1 predicate for a principal: read scopes from the agent's stored profile (an agent without a
+    /// profile reads only `org`; a non-agent caller reads all shared scopes but no agent's private memories).
+    pub async fn scope_filter(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        project_id: Option<Uuid>,
+        task_id: Option<Uuid>,
+        sensitivity_gate: bool,
+    ) -> crate::Result<ScopeFilter> {
+        let read_scopes = match agent_id {
+            Some(agent_id) => {
+                let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+                let scopes = store::agents::read_scopes(&mut *tx, organization_id, agent_id).await?;
+                tx.commit().await?;
+                scopes.unwrap_or_else(|| vec![Scope::Org])
+            }
+            None => SERVICE_READ_SCOPES.to_vec(),
+        };
+        Ok(ScopeFilter {
+            organization_id,
+            read_scopes,
+            project_id,
+            task_id,
+            agent_id,
+            sensitivity_gate,
+            include_inactive: false,
+            any_project_or_task: false,
+        })
+    }
+
+    /// One memory the principal may read, in any status (superseded and archived ones are kept for audit).
+    pub async fn memory(&self, scope: &ScopeFilter, id: Uuid) -> crate::Result<Memory> {
+        let scope = ScopeFilter { include_inactive: true, ..scope.clone() };
+        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+        let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
+        tx.commit().await?;
+        memory.ok_or(crate::Error::NotFound { kind: "memory", id })
+    }
+
+    /// The supersession chain through a memory, oldest first: what it replaced and what replaced it.
+    pub async fn supersession_chain(&self, scope: &ScopeFilter, id: Uuid) -> crate::Result<Vec<Memory>> {
+        let scope = ScopeFilter { include_inactive: true, ..scope.clone() };
+        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+        let chain = crate::lifecycle::supersession::chain(&mut tx, &scope, id).await?;
+        tx.commit().await?;
+        Ok(chain)
+    }
+
+    async fn embed_query(&self, text: &str, degraded: &mut Vec<String>) -> Option<pgvector::Vector> {
+        match self.embedder.embed_one(text).await {
+            Ok(v) => Some(pgvector::Vector::from(v)),
+            Err(e) => {
+                tracing::warn!(error = %e, "query embedding failed; keyword search only");
+                degraded.push("embedding_unavailable".into());
+                None
+            }
+        }
+    }
+
+    fn validate_query(&self, query: &str, max_results: usize) -> crate::Result<()> {
+        if query.trim().is_empty() {
+            return Err(crate::Error::validation("query must not be empty"));
+        }
+        if query.len() > MAX_QUERY_BYTES {
+            return Err(crate::Error::validation(format!("query is longer than {MAX_QUERY_BYTES} bytes")));
+        }
+        if max_results == 0 || max_results > self.config.max_results_cap {
+            return Err(crate::Error::validation(format!(
+                "max_results must be between 1 and {}",
+                self.config.max_results_cap
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,73 @@
+//! Stage 4: the composite relevance score.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::MemoryType;
+
+/// Weights of the composite score; the spec's values are the default.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RankingWeights {
+    pub cosine: f64,
+    pub recency: f64,
+    pub confidence: f64,
+}
+
+impl Default for RankingWeights {
+    fn default() -> Self {
+        Self { cosine: 0.5, recency: 0.3, confidence: 0.2 }
+    }
+}
+
+/// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
+pub fn half_life_days(memory_type: MemoryType) -> f64 {
+    match memory_type {
+        MemoryType::Episodic | MemoryType::ExecutionSummary => 30.0,
+        MemoryType::Semantic | MemoryType::Procedural | MemoryType::Preference | MemoryType::EntityProfile => 180.0,
+    }
+}
+
+/// Exponential decay on age: 1 when new, 0.5 after one half-life. Future timestamps count as new.
+pub fn recency(created_at: DateTime<Utc>, as_of: DateTime<Utc>, memory_type: MemoryType) -> f64 {
+    let age_days = (as_of - created_at).num_milliseconds().max(0) as f64 / 86_400_000.0;
+    0.5f64.powf(age_days / half_life_days(memory_type))
+}
+
+/// weights.cosine × cosine + weights.recency × recency + weights.confidence × confidence.
+pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence: f64) -> f64 {
+    weights.cosine * cosine + weights.recency * recency + weights.confidence * confidence
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+
+    #[test]
+    fn composite_score_matches_the_formula_within_a_thousandth() {
+        let score = composite(&RankingWeights::default(), 0.8, 0.6, 0.9);
+        assert!((score - 0.76).abs() < 0.001, "{score}");
+    }
+
+    #[test]
+    fn recency_halves_after_one_half_life_per_memory_type() {
+        let now = Utc::now();
+        let episodic = recency(now - Duration::days(30), now, MemoryType::Episodic);
+        let summary = recency(now - Duration::days(30), now, MemoryType::ExecutionSummary);
+        let semantic = recency(now - Duration::days(180), now, MemoryType::Semantic);
+        let preference = recency(now - Duration::days(90), now, MemoryType::Preference);
+        assert!((episodic - 0.5).abs() < 0.001);
+        assert!((summary - 0.5).abs() < 0.001);
+        assert!((semantic - 0.5).abs() < 0.001);
+        assert!((preference - 0.5f64.powf(0.5)).abs() < 0.001);
+        assert_eq!(recency(now + Duration::days(3), now, MemoryType::Episodic), 1.0);
+    }
+
+    #[test]
+    fn ranking_formula_combines_fixed_inputs_as_the_spec_says() {
+        let now = Utc::now();
+        let r = recency(now - Duration::days(60), now, MemoryType::Episodic); // two half-lives: 0.25
+        let score = composite(&RankingWeights::default(), 0.9, r, 0.5);
+        assert!((score - (0.45 + 0.075 + 0.1)).abs() < 0.001, "{score}");
+    }
+}

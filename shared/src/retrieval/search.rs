@@ -1,0 +1,182 @@
+//! `Retriever::search`: the strategies of MEM-004 (vector, keyword, hybrid, graph, metadata).
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::{
+    MatchKind, Retriever, SearchHit, SearchRequest, SearchResult, Strategy,
+    candidates::{self, BranchSettings, Candidate},
+    fusion::{self, Fusion},
+};
+use crate::store::{self, candidates::CandidateRow};
+
+/// Score multiplier per entity hop of graph expansion.
+pub const HOP_DECAY: f64 = 0.5;
+/// Entity hops followed from the direct hits.
+pub const MAX_HOPS: u32 = 2;
+/// Direct hits that seed graph expansion.
+const GRAPH_SEEDS: usize = 5;
+
+impl Retriever {
+    /// Runs one strategy search. Hits are ordered most relevant FIRST.
+    #[tracing::instrument(skip_all, fields(org = %request.organization_id, strategy = ?request.strategy))]
+    pub async fn search(&self, request: SearchRequest) -> crate::Result<SearchResult> {
+        if request.strategy != Strategy::Metadata {
+            self.validate_query(&request.query, request.max_results)?;
+        } else {
+            self.validate_query("metadata", request.max_results)?;
+        }
+        let scope = self
+            .scope_filter(
+                request.organization_id,
+                request.agent_id,
+                request.project_id,
+                request.task_id,
+                request.sensitivity_gate,
+            )
+            .await?;
+        let mut degraded = Vec::new();
+        let limit = request.max_results.max(GRAPH_SEEDS);
+
+        let mut hits = if request.strategy == Strategy::Metadata {
+            let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
+            let rows = store::candidates::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
+            tx.commit().await?;
+            rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
+        } else {
+            let wants_vector = matches!(request.strategy, Strategy::Vector | Strategy::Hybrid | Strategy::Graph);
+            let wants_keyword = matches!(request.strategy, Strategy::Keyword | Strategy::Hybrid | Strategy::Graph);
+            let query_vector = if wants_vector || wants_keyword {
+                self.embed_query(&request.query, &mut degraded).await
+            } else {
+                None
+            };
+            // Degraded retrieval: without embeddings a vector search becomes a keyword search.
+            let run_keyword = wants_keyword || query_vector.is_none();
+            let settings = BranchSettings {
+                limit: self.config.candidate_limit.max(limit),
+                text_search_config: &self.text_search_config,
+                statement_timeout_ms: self.statement_timeout_ms,
+                run_vector: wants_vector,
+                run_keyword,
+            };
+            let set = candidates::gather(
+                &self.pool,
+                &scope,
+                &request.filters,
+                &request.query,
+                query_vector.as_ref(),
+                &settings,
+            )
+            .await?;
+            degraded.extend(set.degraded_reasons);
+            // Weighted fusion blends the keyword score normalised to the best keyword match of this query.
+            let best_keyword = set.candidates.iter().filter_map(|c| c.keyword_score).fold(0.0, f64::max);
+            let mut hits: Vec<SearchHit> = set
+                .candidates
+                .into_iter()
+                .map(|c| scored(c, request.fusion, request.vector_weight, best_keyword))
+                .collect();
+            sort(&mut hits);
+            hits.truncate(request.max_results);
+            if request.include_graph || request.strategy == Strategy::Graph {
+                self.expand_graph(&scope, &request, query_vector.as_ref(), &mut hits, &mut degraded).await;
+            }
+            hits
+        };
+        hits.truncate(request.max_results);
+        Ok(SearchResult { hits, strategy: request.strategy, degraded: !degraded.is_empty(), degraded_reasons: degraded })
+    }
+
+    /// Adds memories that share entity mentions with the top hits, scored with a decay per hop.
+    async fn expand_graph(
+        &self,
+        scope: &store::ScopeFilter,
+        request: &SearchRequest,
+        query: Option<&pgvector::Vector>,
+        hits: &mut Vec<SearchHit>,
+        degraded: &mut Vec<String>,
+    ) {
+        let result: crate::Result<()> = async {
+            let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+            let mut score_of: HashMap<Uuid, f64> = hits.iter().map(|h| (h.memory.id, h.score)).collect();
+            let mut frontier: Vec<Uuid> = hits.iter().take(GRAPH_SEEDS).map(|h| h.memory.id).collect();
+            for hop in 1..=MAX_HOPS {
+                if frontier.is_empty() {
+                    break;
+                }
+                let known: Vec<Uuid> = score_of.keys().copied().collect();
+                let neighbours = store::candidates::entity_neighbours(
+                    &mut tx,
+                    scope,
+                    &request.filters,
+                    &frontier,
+                    query,
+                    request.max_results,
+                )
+                .await?;
+                let mut next = Vec::new();
+                for n in neighbours {
+                    if known.contains(&n.candidate.memory.id) {
+                        continue;
+                    }
+                    let score = score_of.get(&n.via).copied().unwrap_or(0.0) * HOP_DECAY;
+                    score_of.insert(n.candidate.memory.id, score);
+                    next.push(n.candidate.memory.id);
+                    let mut h = hit(n.candidate, score, MatchKind::Graph);
+                    h.hops = Some(hop);
+                    hits.push(h);
+                }
+                frontier = next;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "graph expansion failed; returning direct hits only");
+            degraded.push("graph_expansion_failed".into());
+        }
+        sort(hits);
+    }
+}
+
+fn sort(hits: &mut [SearchHit]) {
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
+}
+
+fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64, best_keyword: f64) -> SearchHit {
+    let match_kind = match (c.vector_rank, c.keyword_rank) {
+        (Some(_), Some(_)) => MatchKind::Hybrid,
+        (None, Some(_)) => MatchKind::Keyword,
+        _ => MatchKind::Vector,
+    };
+    let score = match fusion_kind {
+        Fusion::Rrf => c.rrf,
+        Fusion::Weighted => fusion::weighted(
+            c.vector_rank.and(c.cosine_sim),
+            c.keyword_rank.and(c.keyword_score).map(|k| if best_keyword > 0.0 { k / best_keyword } else { 0.0 }),
+            vector_weight,
+        ),
+    };
+    SearchHit {
+        memory: c.memory,
+        score,
+        cosine_sim: c.cosine_sim,
+        keyword_score: c.keyword_score,
+        match_kind,
+        hops: None,
+    }
+}
+
+fn hit(row: CandidateRow, score: f64, match_kind: MatchKind) -> SearchHit {
+    SearchHit {
+        memory: row.memory,
+        score,
+        cosine_sim: row.cosine_sim,
+        keyword_score: row.keyword_score,
+        match_kind,
+        hops: None,
+    }
+}

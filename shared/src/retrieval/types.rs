@@ -1,0 +1,152 @@
+//! The spec's request and result types (JSON field names are the spec's names in snake_case).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::fusion::Fusion;
+use crate::{
+    domain::{EntityProfile, Memory},
+    store::SearchFilters,
+};
+
+/// Which caller is retrieving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RetrievalMode {
+    /// Automatic injection before each agent turn: sensitivity gate on, rule-based taxonomy, cooldown.
+    Passive,
+    /// `@memory:<query>` in an agent's turn: LLM taxonomy, gate off unless asked.
+    Mention,
+    /// The agent's `memory.query` tool call: LLM taxonomy, gate off unless asked.
+    AgentQuery,
+}
+
+/// A session and the turn within it, for the passive-mode cooldown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTurn {
+    pub session_id: String,
+    pub turn: u32,
+}
+
+/// What the pipeline is asked. `organization_id` always comes from the authenticated principal.
+#[derive(Debug, Clone)]
+pub struct RetrievalRequest {
+    pub organization_id: Uuid,
+    pub project_id: Option<Uuid>,
+    pub agent_id: Option<Uuid>,
+    pub task_id: Option<Uuid>,
+    /// The turn text or explicit query (for `mention`, the text containing `@memory:`).
+    pub query: String,
+    pub mode: RetrievalMode,
+    pub max_results: usize,
+    /// true excludes `restricted` memories (always true for passive).
+    pub sensitivity_gate: bool,
+    pub session: Option<SessionTurn>,
+    /// Reference time for recency (defaults to now; evaluations replay queries at their own time).
+    pub as_of: Option<DateTime<Utc>>,
+}
+
+impl RetrievalRequest {
+    pub const DEFAULT_MAX_RESULTS: usize = 20;
+
+    pub fn new(organization_id: Uuid, mode: RetrievalMode, query: impl Into<String>) -> Self {
+        Self {
+            organization_id,
+            project_id: None,
+            agent_id: None,
+            task_id: None,
+            query: query.into(),
+            mode,
+            max_results: Self::DEFAULT_MAX_RESULTS,
+            sensitivity_gate: mode == RetrievalMode::Passive,
+            session: None,
+            as_of: None,
+        }
+    }
+}
+
+/// A memory with its composite score and cosine similarity to the query.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RankedMemory {
+    pub memory: Memory,
+    pub score: f64,
+    /// Absent when the query could not be embedded (degraded, keyword-only).
+    pub cosine_sim: Option<f64>,
+}
+
+/// The pipeline's answer: memories ordered most relevant LAST.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RetrievalResult {
+    pub memories: Vec<RankedMemory>,
+    /// true when the taxonomy filter was dropped for the full Stage 1 candidate set.
+    pub fallback_used: bool,
+    pub entity_profiles: Vec<EntityProfile>,
+    /// Taxonomy paths the query was classified into.
+    pub taxonomy: Vec<String>,
+    pub degraded: bool,
+    pub degraded_reasons: Vec<String>,
+}
+
+/// Search strategies of MEM-004.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Vector,
+    Keyword,
+    #[default]
+    Hybrid,
+    Graph,
+    Metadata,
+}
+
+/// A strategy search, scoped like retrieval and filtered inside the SQL.
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    pub organization_id: Uuid,
+    pub agent_id: Option<Uuid>,
+    pub project_id: Option<Uuid>,
+    pub task_id: Option<Uuid>,
+    pub query: String,
+    pub strategy: Strategy,
+    pub filters: SearchFilters,
+    pub fusion: Fusion,
+    /// Weight of the cosine score in weighted fusion (the keyword score gets the rest).
+    pub vector_weight: f64,
+    pub include_graph: bool,
+    pub max_results: usize,
+    pub sensitivity_gate: bool,
+}
+
+/// How a search hit was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchKind {
+    Vector,
+    Keyword,
+    Hybrid,
+    Graph,
+    Metadata,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SearchHit {
+    pub memory: Memory,
+    pub score: f64,
+    pub cosine_sim: Option<f64>,
+    pub keyword_score: Option<f64>,
+    #[serde(rename = "match")]
+    pub match_kind: MatchKind,
+    /// Entity hops from a direct hit (graph matches only).
+    pub hops: Option<u32>,
+}
+
+/// Search hits, most relevant FIRST.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SearchResult {
+    pub hits: Vec<SearchHit>,
+    pub strategy: Strategy,
+    pub degraded: bool,
+    pub degraded_reasons: Vec<String>,
+}

@@ -1,0 +1,47 @@
+//! Agent profiles: the memory scopes each agent may read.
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::domain::Scope;
+
+/// The agent's `memory_read_scopes`, or None when the agent has no profile.
+pub async fn read_scopes(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    agent_id: Uuid,
+) -> sqlx::Result<Option<Vec<Scope>>> {
+    let scopes: Option<Vec<String>> = sqlx::query_scalar(
+        "SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2",
+    )
+    .bind(organization_id)
+    .bind(agent_id)
+    .fetch_optional(executor)
+    .await?;
+    scopes
+        .map(|s| s.iter().map(|v| v.parse::<Scope>().map_err(|e| sqlx::Error::Decode(Box::new(e)))).collect())
+        .transpose()
+}
+
+/// Creates or replaces an agent's profile.
+pub async fn upsert(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    agent_id: Uuid,
+    name: &str,
+    read_scopes: &[Scope],
+) -> sqlx::Result<()> {
+    let scopes: Vec<&str> = read_scopes.iter().map(|s| s.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO agent_profile (organization_id, agent_id, name, memory_read_scopes) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id, agent_id) DO UPDATE \
+         SET name = EXCLUDED.name, memory_read_scopes = EXCLUDED.memory_read_scopes, updated_at = now()",
+    )
+    .bind(organization_id)
+    .bind(agent_id)
+    .bind(name)
+    .bind(scopes)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,138 @@
+//! Candidate queries of the search branches, each computed inside the scope predicate and the metadata filters.
+
+use pgvector::Vector;
+use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters};
+use crate::domain::Memory;
+
+/// A memory found by a branch, with what the branch knows of its relevance.
+#[derive(Debug, Clone, FromRow)]
+pub struct CandidateRow {
+    #[sqlx(flatten)]
+    pub memory: Memory,
+    /// 1 - cosine distance to the query embedding (absent when there is no query embedding).
+    pub cosine_sim: Option<f64>,
+    /// ts_rank_cd normalised to [0, 1) (keyword branch only).
+    pub keyword_score: Option<f64>,
+    /// Taxonomy nodes the memory is tagged with.
+    pub taxonomy_node_ids: Vec<Uuid>,
+}
+
+const TAXONOMY_NODE_IDS: &str = "ARRAY(SELECT t.node_id FROM memory_taxonomy_tag t \
+     WHERE t.organization_id = m.organization_id AND t.memory_id = m.id ORDER BY t.node_id) AS taxonomy_node_ids";
+
+fn select_head(qb: &mut QueryBuilder<'_, Postgres>) {
+    qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ").push(TAXONOMY_NODE_IDS).push(", ");
+}
+
+/// Nearest neighbours of `query` by cosine distance (HNSW), nearest first.
+pub async fn vector_branch(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    query: &Vector,
+    limit: usize,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let mut qb = QueryBuilder::new("");
+    select_head(&mut qb);
+    qb.push("1 - (m.embedding <=> ")
+        .push_bind(query.clone())
+        .push(") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
+        .push_bind(query.clone())
+        .push(" LIMIT ")
+        .push_bind(limit as i64);
+    let mut rows: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
+    // Iterative scans return rows in relaxed order: restore exact order, ties by id.
+    rows.sort_by(|a, b| {
+        b.cosine_sim.partial_cmp(&a.cosine_sim).unwrap_or(std::cmp::Ordering::Equal).then(a.memory.id.cmp(&b.memory.id))
+    });
+    Ok(rows)
+}
+
+/// Full-text matches of `text` (any of its terms; quoted phrases and -exclusions honoured), best first.
+pub async fn keyword_branch(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text_search_config: &str,
+    text: &str,
+    query: Option<&Vector>,
+    limit: usize,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let mut qb = QueryBuilder::new("");
+    select_head(&mut qb);
+    qb.push("1 - (m.embedding <=> ")
+        .push_bind(query.cloned())
+        .push(") AS cosine_sim, ts_rank_cd(m.content_tsv, q.query, 32)::float8 AS keyword_score FROM memory m, ")
+        // websearch syntax, but terms OR-ed: a turn's text rarely contains every word of a memory.
+        .push("(SELECT replace(websearch_to_tsquery(")
+        .push_bind(text_search_config.to_string())
+        .push("::regconfig, ")
+        .push_bind(text.to_string())
+        .push(")::text, ' & ', ' | ')::tsquery AS query) q WHERE ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" AND m.content_tsv @@ q.query ORDER BY keyword_score DESC, m.id LIMIT ").push_bind(limit as i64);
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// Memories matching the filters, newest first, unscored (the `metadata` strategy).
+pub async fn metadata_branch(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    limit: usize,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let mut qb = QueryBuilder::new("");
+    select_head(&mut qb);
+    qb.push("NULL::float8 AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" ORDER BY m.created_at DESC, m.id LIMIT ").push_bind(limit as i64);
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// A memory reached from `via` through an entity both mention.
+#[derive(Debug, Clone, FromRow)]
+pub struct GraphNeighbour {
+    pub via: Uuid,
+    #[sqlx(flatten)]
+    pub candidate: CandidateRow,
+}
+
+/// One hop of graph expansion: readable memories sharing an entity mention with any of `seeds`.
+pub async fn entity_neighbours(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    seeds: &[Uuid],
+    query: Option<&Vector>,
+    limit: usize,
+) -> sqlx::Result<Vec<GraphNeighbour>> {
+    let mut qb = QueryBuilder::new("SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
+    qb.push(MEMORY_COLUMNS).push(", ").push(TAXONOMY_NODE_IDS).push(", 1 - (m.embedding <=> ");
+    qb.push_bind(query.cloned())
+        .push(
+            ") AS cosine_sim, NULL::float8 AS keyword_score \
+             FROM memory_entity_mention e1 \
+             JOIN memory_entity_mention e2 ON e2.organization_id = e1.organization_id \
+                  AND e2.entity_id = e1.entity_id AND e2.memory_id <> e1.memory_id \
+             JOIN memory m ON m.organization_id = e2.organization_id AND m.id = e2.memory_id \
+             WHERE e1.organization_id = ",
+        )
+        .push_bind(scope.organization_id)
+        .push(" AND e1.memory_id = ANY(")
+        .push_bind(seeds.to_vec())
+        .push(") AND NOT (m.id = ANY(")
+        .push_bind(seeds.to_vec())
+        .push(")) AND ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" ORDER BY m.id, e1.memory_id LIMIT ").push_bind(limit as i64);
+    qb.build_query_as().fetch_all(conn).await
+}

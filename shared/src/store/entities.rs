@@ -1,0 +1,149 @@
+//! Entities, their mentions, and synthesised profiles.
+
+use sqlx::{PgConnection, PgExecutor, QueryBuilder};
+use uuid::Uuid;
+
+use super::{MEMORY_COLUMNS, ScopeFilter};
+use crate::domain::{Entity, EntityProfile, Memory};
+
+/// Adds an entity (or returns the existing one with that type and name).
+pub async fn upsert(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_type: &str,
+    name: &str,
+) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO memory_entity (organization_id, id, entity_type, name) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id, entity_type, name) DO UPDATE SET updated_at = now() RETURNING id",
+    )
+    .bind(organization_id)
+    .bind(Uuid::now_v7())
+    .bind(entity_type)
+    .bind(name)
+    .fetch_one(executor)
+    .await
+}
+
+pub async fn get(executor: impl PgExecutor<'_>, organization_id: Uuid, id: Uuid) -> sqlx::Result<Option<Entity>> {
+    sqlx::query_as(
+        "SELECT id, organization_id, name, entity_type, synthesis_memory_id FROM memory_entity \
+         WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Records that a memory mentions an entity; returns false when it already did.
+pub async fn add_mention(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+    memory_id: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query(
+        "INSERT INTO memory_entity_mention (organization_id, entity_id, memory_id) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(organization_id)
+    .bind(entity_id)
+    .bind(memory_id)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected() == 1)
+}
+
+pub async fn mention_count(executor: impl PgExecutor<'_>, organization_id: Uuid, entity_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM memory_entity_mention WHERE organization_id = $1 AND entity_id = $2")
+        .bind(organization_id)
+        .bind(entity_id)
+        .fetch_one(executor)
+        .await
+}
+
+/// Active memories that mention an entity, oldest first (profiles themselves excluded).
+pub async fn active_mentioning(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+) -> sqlx::Result<Vec<Memory>> {
+    let sql = format!(
+        "SELECT {MEMORY_COLUMNS} FROM memory_entity_mention e JOIN memory m \
+             ON m.organization_id = e.organization_id AND m.id = e.memory_id \
+         WHERE e.organization_id = $1 AND e.entity_id = $2 AND m.status = 'active' \
+           AND m.memory_type <> 'entity_profile' \
+         ORDER BY m.created_at, m.id"
+    );
+    sqlx::query_as(&sql).bind(organization_id).bind(entity_id).fetch_all(executor).await
+}
+
+/// Entities mentioned by both memories.
+pub async fn shared_entities(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    a: Uuid,
+    b: Uuid,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT x.entity_id FROM memory_entity_mention x JOIN memory_entity_mention y \
+             ON y.organization_id = x.organization_id AND y.entity_id = x.entity_id \
+         WHERE x.organization_id = $1 AND x.memory_id = $2 AND y.memory_id = $3 ORDER BY x.entity_id",
+    )
+    .bind(organization_id)
+    .bind(a)
+    .bind(b)
+    .fetch_all(executor)
+    .await
+}
+
+/// Points an entity at its current synthesised profile.
+pub async fn set_synthesis(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+    memory_id: Uuid,
+) -> sqlx::Result<u64> {
+    sqlx::query(
+        "UPDATE memory_entity SET synthesis_memory_id = $3, updated_at = now() WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(entity_id)
+    .bind(memory_id)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}
+
+#[derive(sqlx::FromRow)]
+struct ProfileRow {
+    entity_id: Uuid,
+    entity_name: String,
+    entity_type: String,
+    #[sqlx(flatten)]
+    profile: Memory,
+}
+
+/// Readable synthesised profiles of the entities that `memory_ids` mention.
+pub async fn profiles_for(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    memory_ids: &[Uuid],
+) -> sqlx::Result<Vec<EntityProfile>> {
+    let mut qb = QueryBuilder::new(format!(
+        "SELECT DISTINCT ON (en.id) en.id AS entity_id, en.name AS entity_name, en.entity_type, {MEMORY_COLUMNS} \
+         FROM memory_entity_mention mn \
+         JOIN memory_entity en ON en.organization_id = mn.organization_id AND en.id = mn.entity_id \
+         JOIN memory m ON m.organization_id = en.organization_id AND m.id = en.synthesis_memory_id \
+         WHERE mn.memory_id = ANY("
+    ));
+    qb.push_bind(memory_ids.to_vec()).push(") AND ");
+    scope.push_sql(&mut qb);
+    qb.push(" ORDER BY en.id");
+    let rows: Vec<ProfileRow> = qb.build_query_as().fetch_all(conn).await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| EntityProfile { entity_id: r.entity_id, name: r.entity_name, entity_type: r.entity_type, profile: r.profile })
+        .collect())
+}

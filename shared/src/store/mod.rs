@@ -1,0 +1,73 @@
+//! All SQL lives here. Functions take `impl PgExecutor` or a transaction so callers can compose them in one
+//! transaction; every tenant transaction starts with [`begin_for_org`], which RLS needs to see any row.
+
+pub mod agents;
+pub mod candidates;
+pub mod dedup;
+pub mod entities;
+pub mod memories;
+pub mod outbox;
+mod predicates;
+pub mod taxonomy;
+
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
+use uuid::Uuid;
+
+pub use predicates::{ScopeFilter, SearchFilters};
+
+/// The schema, embedded at build time from `migrations/`.
+pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// Opens a transaction bound to one organisation: RLS policies compare every row against this setting.
+pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT set_config('app.organization_id', $1, true)")
+        .bind(organization_id.to_string())
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
+/// Like [`begin_for_org`], also tuning the ANN scan: iterative HNSW scans so a selective filter still yields
+/// `ef_search` rows, and a statement timeout so one slow branch cannot hold a request.
+pub async fn begin_search(
+    pool: &PgPool,
+    organization_id: Uuid,
+    ef_search: usize,
+    statement_timeout_ms: u64,
+) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "SELECT set_config('app.organization_id', $1, true), \
+                set_config('hnsw.iterative_scan', 'relaxed_order', true), \
+                set_config('hnsw.ef_search', $2, true), \
+                set_config('statement_timeout', $3, true)",
+    )
+    .bind(organization_id.to_string())
+    .bind(ef_search.clamp(40, 1000).to_string())
+    .bind(statement_timeout_ms.to_string())
+    .execute(&mut *tx)
+    .await?;
+    Ok(tx)
+}
+
+/// The dimension of `memory.embedding` as declared in the schema.
+pub async fn embedding_dimension(executor: impl PgExecutor<'_>) -> sqlx::Result<i32> {
+    sqlx::query_scalar(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memory'::regclass AND attname = 'embedding'",
+    )
+    .fetch_one(executor)
+    .await
+}
+
+/// Checks the database answers (for health checks).
+pub async fn ping(executor: impl PgExecutor<'_>) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1").execute(executor).await.map(|_| ())
+}
+
+/// The columns of [`crate::domain::Memory`], qualified by the alias `m`.
+pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.organization_id, m.project_id, m.project_task_id, m.agent_id, \
+    m.scope, m.memory_type, m.status, m.sensitivity, m.content, m.confidence, m.created_at, m.updated_at, \
+    m.last_verified_at, m.expires_at, m.superseded_by, m.superseded_at, m.archived_at, m.file_backed, \
+    m.file_path, m.content_hash, m.file_last_scanned_at, m.source_kind, m.source_ref, m.trust_level, m.tags, \
+    m.labels";

@@ -1,0 +1,203 @@
+//! WHERE-clause builders: the Stage 1 scope filter and the search metadata filters, rendered with bound
+//! parameters only, so they can be pushed into every branch of a search.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::{Postgres, QueryBuilder};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::domain::{MemoryType, Scope};
+
+/// The hard predicate of Stage 1: which memories a principal may read at all. Built from the agent's
+/// `memory_read_scopes` (stored in the database, never taken from a request) and the principal's organisation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeFilter {
+    pub organization_id: Uuid,
+    pub read_scopes: Vec<Scope>,
+    pub project_id: Option<Uuid>,
+    pub task_id: Option<Uuid>,
+    pub agent_id: Option<Uuid>,
+    /// true excludes `restricted` memories.
+    pub sensitivity_gate: bool,
+    /// false (retrieval) admits only active, unexpired memories; true (audit reads) admits every status.
+    pub include_inactive: bool,
+    /// Direct reads by id: readable project and task scopes admit any project or task of the organisation.
+    pub any_project_or_task: bool,
+}
+
+impl ScopeFilter {
+    /// Appends the predicate over alias `m`: organisation, active, not expired, readable scope, sensitivity.
+    pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
+        qb.push("m.organization_id = ").push_bind(self.organization_id);
+        if !self.include_inactive {
+            qb.push(" AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now())");
+        }
+        qb.push(" AND (");
+        let mut any = false;
+        let mut or = |qb: &mut QueryBuilder<'_, Postgres>| {
+            if any {
+                qb.push(" OR ");
+            }
+            any = true;
+        };
+        for scope in &self.read_scopes {
+            match scope {
+                Scope::Org => {
+                    or(qb);
+                    qb.push("m.scope = 'org'");
+                }
+                Scope::Project => {
+                    if let Some(project_id) = self.project_id {
+                        or(qb);
+                        qb.push("(m.scope = 'project' AND m.project_id = ").push_bind(project_id).push(")");
+                    } else if self.any_project_or_task {
+                        or(qb);
+                        qb.push("m.scope = 'project'");
+                    }
+                }
+                Scope::Task => {
+                    if let Some(task_id) = self.task_id {
+                        or(qb);
+                        qb.push("(m.scope = 'task' AND m.project_task_id = ").push_bind(task_id).push(")");
+                    } else if self.any_project_or_task {
+                        or(qb);
+                        qb.push("m.scope = 'task'");
+                    }
+                }
+                Scope::AgentPrivate => {
+                    if let Some(agent_id) = self.agent_id {
+                        or(qb);
+                        qb.push("m.agent_id = ").push_bind(agent_id);
+                    }
+                }
+            }
+        }
+        if !any {
+            qb.push("false");
+        }
+        qb.push(")");
+        if self.sensitivity_gate {
+            qb.push(" AND m.sensitivity = 'normal'");
+        }
+    }
+
+    /// The predicate as SQL text with `$n` placeholders (for logs and tests).
+    pub fn to_sql(&self) -> String {
+        let mut qb = QueryBuilder::new("");
+        self.push_sql(&mut qb);
+        qb.into_sql()
+    }
+}
+
+/// Metadata filters of a search, evaluated inside each branch's SQL (never after, which would distort top-k).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchFilters {
+    pub project_id: Option<Uuid>,
+    pub agent_id: Option<Uuid>,
+    #[serde(default)]
+    pub memory_types: Vec<MemoryType>,
+    /// Memories carrying at least one of these tags.
+    #[serde(default)]
+    pub tags_any: Vec<String>,
+    /// Memories carrying all of these tags.
+    #[serde(default)]
+    pub tags_all: Vec<String>,
+    /// Key/value labels that must all be present.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    pub updated_after: Option<DateTime<Utc>>,
+    pub updated_before: Option<DateTime<Utc>>,
+    pub min_confidence: Option<f64>,
+}
+
+impl SearchFilters {
+    /// Appends ` AND ...` for every filter that is set.
+    pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
+        if let Some(v) = self.project_id {
+            qb.push(" AND m.project_id = ").push_bind(v);
+        }
+        if let Some(v) = self.agent_id {
+            qb.push(" AND m.agent_id = ").push_bind(v);
+        }
+        if !self.memory_types.is_empty() {
+            qb.push(" AND m.memory_type = ANY(").push_bind(self.memory_types.clone()).push(")");
+        }
+        if !self.tags_any.is_empty() {
+            qb.push(" AND m.tags && ").push_bind(self.tags_any.clone());
+        }
+        if !self.tags_all.is_empty() {
+            qb.push(" AND m.tags @> ").push_bind(self.tags_all.clone());
+        }
+        if !self.labels.is_empty() {
+            qb.push(" AND m.labels @> ").push_bind(sqlx::types::Json(self.labels.clone()));
+        }
+        if let Some(v) = self.created_after {
+            qb.push(" AND m.created_at >= ").push_bind(v);
+        }
+        if let Some(v) = self.created_before {
+            qb.push(" AND m.created_at < ").push_bind(v);
+        }
+        if let Some(v) = self.updated_after {
+            qb.push(" AND m.updated_at >= ").push_bind(v);
+        }
+        if let Some(v) = self.updated_before {
+            qb.push(" AND m.updated_at < ").push_bind(v);
+        }
+        if let Some(v) = self.min_confidence {
+            qb.push(" AND m.confidence >= ").push_bind(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(read_scopes: Vec<Scope>, gate: bool) -> ScopeFilter {
+        ScopeFilter {
+            organization_id: Uuid::now_v7(),
+            read_scopes,
+            project_id: Some(Uuid::now_v7()),
+            task_id: Some(Uuid::now_v7()),
+            agent_id: Some(Uuid::now_v7()),
+            sensitivity_gate: gate,
+            include_inactive: false,
+            any_project_or_task: false,
+        }
+    }
+
+    #[test]
+    fn org_and_project_scopes_both_appear_in_the_where_clause() {
+        let sql = filter(vec![Scope::Org, Scope::Project], false).to_sql();
+        assert_eq!(
+            sql,
+            "m.organization_id = $1 AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now()) \
+             AND (m.scope = 'org' OR (m.scope = 'project' AND m.project_id = $2))"
+        );
+    }
+
+    #[test]
+    fn sensitivity_gate_adds_normal_only() {
+        let sql = filter(vec![Scope::Org], true).to_sql();
+        assert!(sql.ends_with("AND (m.scope = 'org') AND m.sensitivity = 'normal'"), "{sql}");
+        assert!(!filter(vec![Scope::Org], false).to_sql().contains("sensitivity"));
+    }
+
+    #[test]
+    fn agent_private_matches_the_agent_whatever_the_scope_column() {
+        let sql = filter(vec![Scope::AgentPrivate, Scope::Task], false).to_sql();
+        assert!(sql.contains("(m.agent_id = $2 OR (m.scope = 'task' AND m.project_task_id = $3))"), "{sql}");
+    }
+
+    #[test]
+    fn no_readable_scope_matches_nothing_and_a_missing_project_drops_the_project_scope() {
+        assert!(filter(vec![], false).to_sql().contains("AND (false)"));
+        let mut f = filter(vec![Scope::Project], false);
+        f.project_id = None;
+        assert!(f.to_sql().contains("AND (false)"));
+    }
+}

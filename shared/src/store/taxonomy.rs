@@ -1,0 +1,49 @@
+//! The taxonomy tree and memory tags.
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::domain::TaxonomyNode;
+
+/// Every node of an organisation's taxonomy.
+pub async fn nodes(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<TaxonomyNode>> {
+    sqlx::query_as(
+        "SELECT id, parent_id, name FROM memory_taxonomy_node WHERE organization_id = $1 ORDER BY name, id",
+    )
+    .bind(organization_id)
+    .fetch_all(executor)
+    .await
+}
+
+/// Adds a node (or returns the existing one with that parent and name).
+pub async fn upsert_node(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    parent_id: Option<Uuid>,
+    name: &str,
+) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "INSERT INTO memory_taxonomy_node (organization_id, id, parent_id, name) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id, parent_id, name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
+    )
+    .bind(organization_id)
+    .bind(Uuid::now_v7())
+    .bind(parent_id)
+    .bind(name)
+    .fetch_one(executor)
+    .await
+}
+
+/// Tags a memory with a node.
+pub async fn tag(executor: impl PgExecutor<'_>, organization_id: Uuid, memory_id: Uuid, node_id: Uuid) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO memory_taxonomy_tag (organization_id, memory_id, node_id) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(organization_id)
+    .bind(memory_id)
+    .bind(node_id)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}

@@ -1,0 +1,188 @@
+//! Every endpoint through the router (no network), including the client-error paths.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use http_body_util::BodyExt;
+use integration_tests::{Db, FixedEmbedder, agent_with_scopes, axis, memory, retriever};
+use memory_core::{domain::Scope, store};
+use retrieve::{AppState, Authenticator, Claims, auth::sign_local_token};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const SECRET: &str = "test-secret";
+const QUERY: &str = "probe query";
+
+struct Api {
+    app: axum::Router,
+}
+
+impl Api {
+    fn new(db: &Db) -> Self {
+        let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
+        let state = AppState {
+            retriever: Arc::new(retriever(db, embedder, None)),
+            auth: Arc::new(Authenticator::LocalJwt { secret: SECRET.into() }),
+        };
+        Self { app: retrieve::app(state) }
+    }
+
+    async fn call(&self, method: &str, uri: &str, token: Option<&str>, body: Option<String>) -> (StatusCode, Value) {
+        let mut builder = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = match body {
+            Some(body) => builder.header(header::CONTENT_TYPE, "application/json").body(Body::from(body)).unwrap(),
+            None => builder.body(Body::empty()).unwrap(),
+        };
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
+
+fn token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
+    let claims = Claims {
+        org_id: org.to_string(),
+        agent_id: agent.map(|a| a.to_string()),
+        scope: scope.map(str::to_string),
+        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
+    };
+    sign_local_token(SECRET, &claims).unwrap()
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn healthz_openapi_and_tools_answer(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let api = Api::new(&db);
+    assert_eq!(api.call("GET", "/healthz", None, None).await.0, StatusCode::OK);
+    let (status, doc) = api.call("GET", "/openapi.json", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    assert!(doc["paths"]["/v1/retrieve"]["post"].is_object());
+    assert!(doc["components"]["schemas"]["RetrievalResult"].is_object());
+    let (_, tools) = api.call("GET", "/v1/tools", None, None).await;
+    assert_eq!(tools["tools"][0]["name"], "memory.query");
+    assert!(tools["tools"][0]["input_schema"]["properties"]["query"].is_object());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let agent = agent_with_scopes(&db, org, Scope::ALL).await;
+    let m = memory(org, "probe query fact").embedding(axis(0)).insert(&db).await;
+    let api = Api::new(&db);
+    let t = token(org, Some(agent), None);
+    let bodies = [
+        json!({"mode": "passive", "query": QUERY, "session_id": "s1", "turn": 1}),
+        json!({"mode": "mention", "query": format!("look up @memory:{QUERY}")}),
+        json!({"mode": "agent_query", "query": QUERY, "max_results": 5}),
+    ];
+    for body in bodies {
+        let (status, result) = api.call("POST", "/v1/retrieve", Some(&t), Some(body.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "{result}");
+        assert_eq!(result["memories"][0]["memory"]["id"], m.id.to_string());
+        assert!(result["memories"][0]["score"].is_number());
+        assert!(result["memories"][0]["cosine_sim"].is_number());
+        assert_eq!(result["fallback_used"], false);
+        assert!(result["entity_profiles"].is_array());
+        assert_eq!(result["degraded"], false);
+    }
+    let tool = json!({"query": QUERY});
+    let (status, result) = api.call("POST", "/v1/tools/memory.query", Some(&t), Some(tool.to_string())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(result["memories"][0]["memory"]["id"], m.id.to_string());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn search_memory_and_chain_endpoints_answer(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let old = memory(org, "probe query old").embedding(axis(0)).insert(&db).await;
+    let new = memory(org, "probe query new").embedding(axis(0)).insert(&db).await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    store::memories::supersede(&mut *tx, org, old.id, new.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let api = Api::new(&db);
+    let t = token(org, None, None);
+
+    let body = json!({"query": QUERY, "strategy": "hybrid", "filters": {"min_confidence": 0.1}});
+    let (status, result) = api.call("POST", "/v1/search", Some(&t), Some(body.to_string())).await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    assert_eq!(result["hits"].as_array().unwrap().len(), 1);
+    assert_eq!(result["hits"][0]["match"], "hybrid");
+
+    let (status, fetched) = api.call("GET", &format!("/v1/memories/{}", old.id), Some(&t), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(fetched["status"], "superseded");
+    let (status, chain) = api.call("GET", &format!("/v1/memories/{}/chain", old.id), Some(&t), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = chain["chain"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![old.id.to_string(), new.id.to_string()]);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn client_mistakes_get_4xx_json_errors(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let other_org_memory = memory(Uuid::now_v7(), "theirs").embedding(axis(0)).insert(&db).await;
+    let api = Api::new(&db);
+    let t = token(org, None, None);
+    let ok = json!({"mode": "agent_query", "query": QUERY}).to_string();
+
+    let cases: Vec<(&str, String, Option<String>, Option<String>, StatusCode, &str)> = vec![
+        ("POST", "/v1/retrieve".into(), None, Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("POST", "/v1/retrieve".into(), Some("not-a-jwt".into()), Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("POST", "/v1/retrieve".into(), Some(sign_local_token("wrong", &Claims { org_id: org.to_string(), ..Default::default() }).unwrap()), Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "organization_id": Uuid::now_v7()}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "agent_id": Uuid::now_v7()}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some("{not json".into()), StatusCode::BAD_REQUEST, "malformed_json"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "telepathy", "query": QUERY}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 0}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 101}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": "x".repeat(9000)}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "passive", "query": QUERY}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": "y".repeat(70_000)}).to_string()), StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        ("POST", "/v1/search".into(), Some(t.clone()), Some(json!({"query": QUERY, "strategy": "psychic"}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("POST", "/v1/search".into(), Some(t.clone()), Some(json!({"query": QUERY, "vector_weight": 2.0}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("GET", "/v1/memories/not-a-uuid".into(), Some(t.clone()), None, StatusCode::BAD_REQUEST, "invalid_uuid"),
+        ("GET", format!("/v1/memories/{}", other_org_memory.id), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
+        ("GET", format!("/v1/memories/{}/chain", Uuid::now_v7()), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
+        ("GET", "/v2/nothing".into(), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
+    ];
+    for (method, uri, token, body, expected, code) in cases {
+        let (status, response) = api.call(method, &uri, token.as_deref(), body).await;
+        assert_eq!(status, expected, "{method} {uri}: {response}");
+        assert_eq!(error_code(&response), code, "{method} {uri}: {response}");
+        assert!(response["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_service_token_may_name_an_agent_only_with_the_any_agent_scope(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let agent = agent_with_scopes(&db, org, Scope::ALL).await;
+    let private = memory(org, "probe query private").embedding(axis(0)).scope(Scope::AgentPrivate).agent(agent).insert(&db).await;
+    let api = Api::new(&db);
+    let body = json!({"mode": "agent_query", "query": QUERY, "agent_id": agent}).to_string();
+
+    let (status, _) = api.call("POST", "/v1/retrieve", Some(&token(org, None, None)), Some(body.clone())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let service = token(org, None, Some("memory:read memory:any_agent"));
+    let (status, result) = api.call("POST", "/v1/retrieve", Some(&service), Some(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(result["memories"][0]["memory"]["id"], private.id.to_string());
+}

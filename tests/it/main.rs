@@ -1,0 +1,11 @@
+//! The integration-test binary: everything runs against the local stack's PostgreSQL + pgvector (a fresh
+//! database per test), moto, and the real MiniLM weights.
+
+mod api;
+mod aws;
+mod bedrock;
+mod embedder;
+mod pipeline;
+mod schema;
+mod search;
+mod supersession;

@@ -1,0 +1,125 @@
+//! The schema's isolation guarantees, read from the catalog and exercised through the application role.
+
+use integration_tests::{Db, memory};
+use sqlx::{
+    Row,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use uuid::Uuid;
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn every_tenant_table_forces_row_level_security_with_a_policy(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let rows = sqlx::query(
+        "SELECT c.relname::text AS name, c.relrowsecurity, c.relforcerowsecurity, \
+                (SELECT count(*) FROM pg_policies p WHERE p.schemaname = 'public' AND p.tablename = c.relname) AS policies \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND c.relkind = 'r' \
+           AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'organization_id')",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(rows.len() >= 8, "expected every tenant table, found {}", rows.len());
+    for row in rows {
+        let name: String = row.get("name");
+        assert!(row.get::<bool, _>("relrowsecurity"), "{name} has RLS disabled");
+        assert!(row.get::<bool, _>("relforcerowsecurity"), "{name} does not FORCE RLS");
+        assert!(row.get::<i64, _>("policies") > 0, "{name} has no policy");
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn organization_id_leads_every_primary_and_unique_key(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let keys: Vec<(String, String)> = sqlx::query_as(
+        "SELECT con.conname::text, pg_get_constraintdef(con.oid) FROM pg_constraint con \
+         JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND con.contype IN ('p', 'u') AND c.relname <> '_sqlx_migrations'",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(!keys.is_empty());
+    for (name, definition) in keys {
+        assert!(definition.contains("(organization_id,"), "{name}: {definition}");
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn application_role_is_neither_owner_superuser_nor_bypassrls(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let (superuser, bypass): (bool, bool) =
+        sqlx::query_as("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&db.app)
+            .await
+            .unwrap();
+    assert!(!superuser && !bypass);
+    let owned: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND pg_get_userbyid(c.relowner) = 'memory_app'",
+    )
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(owned, 0, "memory_app owns relations");
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn pgvector_is_at_least_0_8(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let version: String =
+        sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetch_one(&db.admin).await.unwrap();
+    let parts: Vec<u32> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(parts[0] > 0 || parts[1] >= 8, "pgvector {version}");
+    let server: i32 =
+        sqlx::query_scalar("SELECT current_setting('server_version_num')::int").fetch_one(&db.admin).await.unwrap();
+    assert!(server >= 180000, "PostgreSQL {server}");
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn without_an_organization_set_reads_see_nothing_and_writes_fail(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "a fact").insert(&db).await;
+
+    let visible: i64 = sqlx::query_scalar("SELECT count(*) FROM memory").fetch_one(&db.app).await.unwrap();
+    assert_eq!(visible, 0);
+    let write = sqlx::query(
+        "INSERT INTO memory (organization_id, id, scope, memory_type, content) VALUES ($1, $2, 'org', 'semantic', 'x')",
+    )
+    .bind(org)
+    .bind(Uuid::now_v7())
+    .execute(&db.app)
+    .await;
+    let error = write.expect_err("insert without an organisation must fail");
+    assert!(error.to_string().contains("row-level security"), "{error}");
+    let updated = sqlx::query("UPDATE memory SET content = 'y'").execute(&db.app).await.unwrap();
+    assert_eq!(updated.rows_affected(), 0);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn one_tenants_setting_does_not_leak_to_the_next_through_a_single_connection(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn.clone()).await;
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    memory(a, "tenant A's fact").insert(&db).await;
+    memory(b, "tenant B's fact").insert(&db).await;
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(conn.username("memory_app")).await.unwrap();
+
+    let mut tx = memory_core::store::begin_for_org(&pool, a).await.unwrap();
+    let seen: Vec<String> = sqlx::query_scalar("SELECT content FROM memory").fetch_all(&mut *tx).await.unwrap();
+    assert_eq!(seen, vec!["tenant A's fact".to_string()]);
+    tx.commit().await.unwrap();
+
+    // Same physical connection, no setting: nothing.
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM memory").fetch_one(&pool).await.unwrap();
+    assert_eq!(after, 0);
+
+    let mut tx = memory_core::store::begin_for_org(&pool, b).await.unwrap();
+    let seen: Vec<String> = sqlx::query_scalar("SELECT content FROM memory").fetch_all(&mut *tx).await.unwrap();
+    assert_eq!(seen, vec!["tenant B's fact".to_string()]);
+    tx.rollback().await.unwrap();
+}

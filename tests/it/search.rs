@@ -1,0 +1,143 @@
+//! Strategy search: filters inside the SQL, fusion, graph expansion, metadata lookups.
+
+use std::sync::Arc;
+
+use integration_tests::{Db, FixedEmbedder, axis, memory, retriever, vector_with_similarity};
+use memory_core::{
+    domain::MemoryType,
+    retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
+    store::{self, SearchFilters},
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use uuid::Uuid;
+
+fn search(org: Uuid, query: &str, strategy: Strategy) -> SearchRequest {
+    SearchRequest {
+        organization_id: org,
+        agent_id: None,
+        project_id: None,
+        task_id: None,
+        query: query.into(),
+        strategy,
+        filters: SearchFilters::default(),
+        fusion: Fusion::Rrf,
+        vector_weight: 0.5,
+        include_graph: false,
+        max_results: 10,
+        sensitivity_gate: false,
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn hybrid_ranks_an_exact_identifier_first_where_vector_search_misses_it(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..15 {
+        memory(org, &format!("general note {i}")).embedding(vector_with_similarity(0.9, 30 + i)).insert(&db).await;
+    }
+    let code = memory(org, "E4021 means the refresh token expired").embedding(axis(100)).insert(&db).await;
+    let query = "E4021";
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+
+    let mut vector = search(org, query, Strategy::Vector);
+    vector.max_results = 5;
+    let hits = r.search(vector).await.unwrap().hits;
+    assert!(hits.iter().all(|h| h.memory.id != code.id && h.match_kind == MatchKind::Vector));
+
+    let hybrid = r.search(search(org, query, Strategy::Hybrid)).await.unwrap().hits;
+    assert_eq!(hybrid[0].memory.id, code.id);
+    assert_eq!(hybrid[0].match_kind, MatchKind::Hybrid);
+
+    let keyword = r.search(search(org, query, Strategy::Keyword)).await.unwrap().hits;
+    assert_eq!(keyword.len(), 1);
+    assert_eq!(keyword[0].match_kind, MatchKind::Keyword);
+
+    let mut weighted = search(org, query, Strategy::Hybrid);
+    weighted.fusion = Fusion::Weighted;
+    weighted.vector_weight = 0.2;
+    assert_eq!(r.search(weighted).await.unwrap().hits[0].memory.id, code.id);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn metadata_filters_apply_inside_each_branch(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // Twenty near matches without the tag; the one tagged memory is far from the query.
+    for i in 0..20 {
+        memory(org, &format!("close match {i}")).embedding(vector_with_similarity(0.95, 30 + i)).insert(&db).await;
+    }
+    let mut tagged = memory(org, "far but tagged").embedding(axis(200)).confidence(0.9).memory_type(MemoryType::Procedural);
+    tagged.new.tags = vec!["billing".into(), "urgent".into()];
+    tagged.new.labels = serde_json::json!({"team": "payments"});
+    let tagged = tagged.insert(&db).await;
+
+    let query = "anything";
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+    let mut req = search(org, query, Strategy::Vector);
+    req.max_results = 1;
+    req.filters = SearchFilters {
+        tags_all: vec!["billing".into(), "urgent".into()],
+        memory_types: vec![MemoryType::Procedural],
+        min_confidence: Some(0.85),
+        labels: [("team".to_string(), "payments".to_string())].into(),
+        ..SearchFilters::default()
+    };
+    let hits = r.search(req.clone()).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].memory.id, tagged.id);
+
+    req.filters.tags_any = vec!["nope".into()];
+    assert!(r.search(req).await.unwrap().hits.is_empty());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn metadata_strategy_lists_filtered_memories_newest_first(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let now = chrono::Utc::now();
+    let older = memory(org, "older").memory_type(MemoryType::Preference).created_at(now - chrono::Duration::days(2)).insert(&db).await;
+    let newer = memory(org, "newer").memory_type(MemoryType::Preference).created_at(now - chrono::Duration::days(1)).insert(&db).await;
+    memory(org, "other type").insert(&db).await;
+    let r = retriever(&db, Arc::new(FixedEmbedder::default()), None);
+    let mut req = search(org, "", Strategy::Metadata);
+    req.filters.memory_types = vec![MemoryType::Preference];
+    let hits = r.search(req).await.unwrap().hits;
+    let ids: Vec<Uuid> = hits.iter().map(|h| h.memory.id).collect();
+    assert_eq!(ids, vec![newer.id, older.id]);
+    assert!(hits.iter().all(|h| h.match_kind == MatchKind::Metadata));
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn graph_expansion_adds_memories_sharing_an_entity_with_hop_decay(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let direct = memory(org, "billing-api returns E5003 on bad webhook signatures").embedding(axis(0)).insert(&db).await;
+    let neighbour = memory(org, "the payments team owns that service").embedding(axis(1)).insert(&db).await;
+    let two_hops = memory(org, "the payments team sits in Berlin").embedding(axis(2)).insert(&db).await;
+    memory(org, "unrelated lunch menu").embedding(axis(3)).insert(&db).await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let service = store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    let team = store::entities::upsert(&mut *tx, org, "team", "payments").await.unwrap();
+    store::entities::add_mention(&mut *tx, org, service, direct.id).await.unwrap();
+    store::entities::add_mention(&mut *tx, org, service, neighbour.id).await.unwrap();
+    store::entities::add_mention(&mut *tx, org, team, neighbour.id).await.unwrap();
+    store::entities::add_mention(&mut *tx, org, team, two_hops.id).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let query = "E5003";
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+    let mut req = search(org, query, Strategy::Keyword);
+    req.include_graph = true;
+    let hits = r.search(req).await.unwrap().hits;
+    let kinds: Vec<(Uuid, MatchKind, Option<u32>)> = hits.iter().map(|h| (h.memory.id, h.match_kind, h.hops)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (direct.id, MatchKind::Keyword, None),
+            (neighbour.id, MatchKind::Graph, Some(1)),
+            (two_hops.id, MatchKind::Graph, Some(2)),
+        ]
+    );
+    assert!((hits[1].score - hits[0].score * 0.5).abs() < 1e-12);
+    assert!((hits[2].score - hits[0].score * 0.25).abs() < 1e-12);
+}

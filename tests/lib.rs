@@ -1,0 +1,199 @@
+//! Helpers shared by the integration tests: pools for a per-test database, the real MiniLM model, embedders
+//! with fixed vectors for the spec's deterministic tests, and memory fixtures.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, OnceLock},
+};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use memory_core::{
+    config::RetrievalConfig,
+    domain::{Memory, MemoryType, NewMemory, Scope},
+    embed::{EmbedError, Embedder, MiniLm},
+    llm::Llm,
+    retrieval::Retriever,
+    store,
+};
+use sqlx::{
+    PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+use uuid::Uuid;
+
+pub const DIM: usize = 384;
+
+/// Pools on one test database: `admin` as the owner (migrations, fixtures), `app` as memory_app (RLS applies).
+pub struct Db {
+    pub admin: PgPool,
+    pub app: PgPool,
+}
+
+impl Db {
+    pub async fn new(pool_options: PgPoolOptions, connect: PgConnectOptions) -> Self {
+        let admin = pool_options.clone().connect_with(connect.clone()).await.expect("admin pool");
+        let app = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(connect.username("memory_app").password(""))
+            .await
+            .expect("app pool");
+        Self { admin, app }
+    }
+}
+
+/// The model directory installed by the local stack.
+pub fn model_dir() -> PathBuf {
+    std::env::var("MEMORY_MODEL_DIR").expect("MEMORY_MODEL_DIR (run the tests through `make test`)").into()
+}
+
+/// One MiniLM per test binary: the weights load once.
+pub fn minilm() -> Arc<MiniLm> {
+    static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();
+    MODEL.get_or_init(|| Arc::new(MiniLm::new(model_dir()).expect("MiniLM model directory"))).clone()
+}
+
+/// Embeds known texts as given vectors; any other text is an error (which the pipeline treats as an outage).
+#[derive(Default)]
+pub struct FixedEmbedder {
+    vectors: HashMap<String, Vec<f32>>,
+}
+
+impl FixedEmbedder {
+    pub fn with(mut self, text: &str, vector: Vec<f32>) -> Self {
+        self.vectors.insert(text.to_string(), vector);
+        self
+    }
+}
+
+#[async_trait]
+impl Embedder for FixedEmbedder {
+    fn dimension(&self) -> usize {
+        DIM
+    }
+    fn model_id(&self) -> &str {
+        "fixed"
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts
+            .iter()
+            .map(|t| self.vectors.get(t).cloned().ok_or_else(|| EmbedError::Unavailable(format!("no vector for {t:?}"))))
+            .collect()
+    }
+}
+
+/// An embedder that is down.
+pub struct DownEmbedder;
+
+#[async_trait]
+impl Embedder for DownEmbedder {
+    fn dimension(&self) -> usize {
+        DIM
+    }
+    fn model_id(&self) -> &str {
+        "down"
+    }
+    async fn embed(&self, _: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError::Unavailable("embedding service unreachable".into()))
+    }
+}
+
+/// A unit vector: cosine `similarity` to `axis(0)`, the rest of its weight on axis `other`.
+pub fn vector_with_similarity(similarity: f32, other: usize) -> Vec<f32> {
+    let mut v = vec![0.0; DIM];
+    v[0] = similarity;
+    v[other] = (1.0 - similarity * similarity).max(0.0).sqrt();
+    v
+}
+
+pub fn axis(i: usize) -> Vec<f32> {
+    let mut v = vec![0.0; DIM];
+    v[i] = 1.0;
+    v
+}
+
+pub fn retriever(db: &Db, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Retriever {
+    Retriever::new(db.app.clone(), embedder, llm, RetrievalConfig::default())
+}
+
+/// Builder for a memory fixture.
+pub struct Fixture {
+    pub new: NewMemory,
+    pub taxonomy: Option<Vec<&'static str>>,
+}
+
+pub fn memory(org: Uuid, content: &str) -> Fixture {
+    let mut new = NewMemory::new(org, MemoryType::Semantic, content);
+    new.confidence = 0.8;
+    Fixture { new, taxonomy: None }
+}
+
+impl Fixture {
+    pub fn embedding(mut self, v: Vec<f32>) -> Self {
+        self.new.embedding = Some(v);
+        self
+    }
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.new.scope = scope;
+        self
+    }
+    pub fn project(mut self, id: Uuid) -> Self {
+        self.new.project_id = Some(id);
+        self
+    }
+    pub fn task(mut self, id: Uuid) -> Self {
+        self.new.project_task_id = Some(id);
+        self
+    }
+    pub fn agent(mut self, id: Uuid) -> Self {
+        self.new.agent_id = Some(id);
+        self
+    }
+    pub fn restricted(mut self) -> Self {
+        self.new.sensitivity = memory_core::domain::Sensitivity::Restricted;
+        self
+    }
+    pub fn confidence(mut self, c: f64) -> Self {
+        self.new.confidence = c;
+        self
+    }
+    pub fn created_at(mut self, at: DateTime<Utc>) -> Self {
+        self.new.created_at = Some(at);
+        self
+    }
+    pub fn memory_type(mut self, t: MemoryType) -> Self {
+        self.new.memory_type = t;
+        self
+    }
+    /// Tags the memory with the taxonomy node at this path (creating the path).
+    pub fn taxonomy(mut self, path: &[&'static str]) -> Self {
+        self.taxonomy = Some(path.to_vec());
+        self
+    }
+
+    /// Inserts through the owner's pool inside an organisation transaction.
+    pub async fn insert(self, db: &Db) -> Memory {
+        let org = self.new.organization_id;
+        let mut tx = store::begin_for_org(&db.admin, org).await.expect("begin");
+        let memory = store::memories::insert(&mut *tx, &self.new).await.expect("insert memory");
+        if let Some(path) = self.taxonomy {
+            let mut parent = None;
+            for name in path {
+                parent = Some(store::taxonomy::upsert_node(&mut *tx, org, parent, name).await.expect("node"));
+            }
+            store::taxonomy::tag(&mut *tx, org, memory.id, parent.expect("path")).await.expect("tag");
+        }
+        tx.commit().await.expect("commit");
+        memory
+    }
+}
+
+/// Gives an agent a profile with these read scopes.
+pub async fn agent_with_scopes(db: &Db, org: Uuid, scopes: &[Scope]) -> Uuid {
+    let agent = Uuid::now_v7();
+    let mut tx = store::begin_for_org(&db.admin, org).await.expect("begin");
+    store::agents::upsert(&mut *tx, org, agent, "test-agent", scopes).await.expect("agent");
+    tx.commit().await.expect("commit");
+    agent
+}
