@@ -78,7 +78,9 @@ impl Embedder for FixedEmbedder {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         texts
             .iter()
-            .map(|t| self.vectors.get(t).cloned().ok_or_else(|| EmbedError::Unavailable(format!("no vector for {t:?}"))))
+            .map(|t| {
+                self.vectors.get(t).cloned().ok_or_else(|| EmbedError::Unavailable(format!("no vector for {t:?}")))
+            })
             .collect()
     }
 }

@@ -28,11 +28,9 @@ where
     T::Err: std::fmt::Display,
 {
     match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
-            name,
-            value: v,
-            reason: e.to_string(),
-        }),
+        Ok(v) if !v.trim().is_empty() => {
+            v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid { name, value: v, reason: e.to_string() })
+        }
         _ => Ok(default),
     }
 }
@@ -93,10 +91,7 @@ impl LlmConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         match parsed_or("MEMORY_LLM", "bedrock".to_string())?.as_str() {
             "bedrock" => Ok(Self::Bedrock {
-                model_id: parsed_or(
-                    "MEMORY_LLM_MODEL_ID",
-                    "anthropic.claude-3-5-haiku-20241022-v1:0".to_string(),
-                )?,
+                model_id: parsed_or("MEMORY_LLM_MODEL_ID", "anthropic.claude-3-5-haiku-20241022-v1:0".to_string())?,
                 timeout: Duration::from_millis(parsed_or("MEMORY_LLM_TIMEOUT_MS", 2000)?),
             }),
             "none" => Ok(Self::Disabled),

@@ -9,12 +9,9 @@ use sqlx::{
 use crate::config::{ConfigError, DatabaseConfig};
 
 pub fn pool(config: &DatabaseConfig) -> Result<PgPool, ConfigError> {
-    let options: PgConnectOptions =
-        config.url.expose_secret().parse().map_err(|e: sqlx::Error| ConfigError::Invalid {
-            name: "MEMORY_DATABASE_URL",
-            value: "<redacted>".into(),
-            reason: e.to_string(),
-        })?;
+    let options: PgConnectOptions = config.url.expose_secret().parse().map_err(|e: sqlx::Error| {
+        ConfigError::Invalid { name: "MEMORY_DATABASE_URL", value: "<redacted>".into(), reason: e.to_string() }
+    })?;
     Ok(pool_with(options, config))
 }
 

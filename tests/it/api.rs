@@ -58,6 +58,9 @@ fn token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
     sign_local_token(SECRET, &claims).unwrap()
 }
 
+/// method, uri, token, body, expected status, expected error code.
+type Case<'a> = (&'a str, String, Option<String>, Option<String>, StatusCode, &'a str);
+
 fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_default()
 }
@@ -142,24 +145,129 @@ async fn client_mistakes_get_4xx_json_errors(opts: PgPoolOptions, conn: PgConnec
     let t = token(org, None, None);
     let ok = json!({"mode": "agent_query", "query": QUERY}).to_string();
 
-    let cases: Vec<(&str, String, Option<String>, Option<String>, StatusCode, &str)> = vec![
+    let cases: Vec<Case> = vec![
         ("POST", "/v1/retrieve".into(), None, Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
-        ("POST", "/v1/retrieve".into(), Some("not-a-jwt".into()), Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
-        ("POST", "/v1/retrieve".into(), Some(sign_local_token("wrong", &Claims { org_id: org.to_string(), ..Default::default() }).unwrap()), Some(ok.clone()), StatusCode::UNAUTHORIZED, "unauthorized"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "organization_id": Uuid::now_v7()}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "agent_id": Uuid::now_v7()}).to_string()), StatusCode::FORBIDDEN, "forbidden"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some("{not json".into()), StatusCode::BAD_REQUEST, "malformed_json"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "telepathy", "query": QUERY}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 0}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 101}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": "x".repeat(9000)}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "passive", "query": QUERY}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/retrieve".into(), Some(t.clone()), Some(json!({"mode": "agent_query", "query": "y".repeat(70_000)}).to_string()), StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-        ("POST", "/v1/search".into(), Some(t.clone()), Some(json!({"query": QUERY, "strategy": "psychic"}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
-        ("POST", "/v1/search".into(), Some(t.clone()), Some(json!({"query": QUERY, "vector_weight": 2.0}).to_string()), StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some("not-a-jwt".into()),
+            Some(ok.clone()),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(sign_local_token("wrong", &Claims { org_id: org.to_string(), ..Default::default() }).unwrap()),
+            Some(ok.clone()),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "organization_id": Uuid::now_v7()}).to_string()),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "agent_id": Uuid::now_v7()}).to_string()),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some("{not json".into()),
+            StatusCode::BAD_REQUEST,
+            "malformed_json",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "telepathy", "query": QUERY}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 0}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "max_results": 101}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": "x".repeat(9000)}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "passive", "query": QUERY}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": "y".repeat(70_000)}).to_string()),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            "POST",
+            "/v1/search".into(),
+            Some(t.clone()),
+            Some(json!({"query": QUERY, "strategy": "psychic"}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/search".into(),
+            Some(t.clone()),
+            Some(json!({"query": QUERY, "vector_weight": 2.0}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
         ("GET", "/v1/memories/not-a-uuid".into(), Some(t.clone()), None, StatusCode::BAD_REQUEST, "invalid_uuid"),
-        ("GET", format!("/v1/memories/{}", other_org_memory.id), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
-        ("GET", format!("/v1/memories/{}/chain", Uuid::now_v7()), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
+        (
+            "GET",
+            format!("/v1/memories/{}", other_org_memory.id),
+            Some(t.clone()),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
+        (
+            "GET",
+            format!("/v1/memories/{}/chain", Uuid::now_v7()),
+            Some(t.clone()),
+            None,
+            StatusCode::NOT_FOUND,
+            "not_found",
+        ),
         ("GET", "/v2/nothing".into(), Some(t.clone()), None, StatusCode::NOT_FOUND, "not_found"),
     ];
     for (method, uri, token, body, expected, code) in cases {
@@ -175,7 +283,8 @@ async fn a_service_token_may_name_an_agent_only_with_the_any_agent_scope(opts: P
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let agent = agent_with_scopes(&db, org, Scope::ALL).await;
-    let private = memory(org, "probe query private").embedding(axis(0)).scope(Scope::AgentPrivate).agent(agent).insert(&db).await;
+    let private =
+        memory(org, "probe query private").embedding(axis(0)).scope(Scope::AgentPrivate).agent(agent).insert(&db).await;
     let api = Api::new(&db);
     let body = json!({"mode": "agent_query", "query": QUERY, "agent_id": agent}).to_string();
 
@@ -185,4 +294,37 @@ async fn a_service_token_may_name_an_agent_only_with_the_any_agent_scope(opts: P
     let (status, result) = api.call("POST", "/v1/retrieve", Some(&service), Some(body)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(result["memories"][0]["memory"]["id"], private.id.to_string());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org: Uuid = "0a000000-0000-4000-8000-000000000001".parse().unwrap();
+    let text = "Deploy billing-api with the release pipeline";
+    let v = memory_core::embed::Embedder::embed_one(integration_tests::minilm().as_ref(), text).await.unwrap();
+    let m = memory(org, text).embedding(v).insert(&db).await;
+    memory(Uuid::now_v7(), text).embedding(axis(0)).insert(&db).await;
+    let state = AppState {
+        retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
+        auth: Arc::new(Authenticator::ApiGateway),
+    };
+    let app = retrieve::app(state);
+    let event =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve.json")).unwrap();
+
+    let request = lambda_http::request::from_str(&event).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let ids: Vec<&str> =
+        body["memories"].as_array().unwrap().iter().map(|m| m["memory"]["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![m.id.to_string()]);
+
+    let mut unauthorised: Value = serde_json::from_str(&event).unwrap();
+    unauthorised["requestContext"].as_object_mut().unwrap().remove("authorizer");
+    let request = lambda_http::request::from_str(&unauthorised.to_string()).unwrap();
+    assert_eq!(app.oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }

@@ -13,7 +13,11 @@ type Seen = Arc<Mutex<Vec<(String, Value)>>>;
 
 async fn stub() -> (String, Seen) {
     let seen: Seen = Arc::default();
-    async fn converse(State(seen): State<Seen>, axum::extract::Path(model): axum::extract::Path<String>, Json(body): Json<Value>) -> Json<Value> {
+    async fn converse(
+        State(seen): State<Seen>,
+        axum::extract::Path(model): axum::extract::Path<String>,
+        Json(body): Json<Value>,
+    ) -> Json<Value> {
         seen.lock().unwrap().push((model, body));
         Json(json!({
             "output": { "message": { "role": "assistant", "content": [{ "text": "{\"nodes\": [\"workflow\"]}" }] } },
@@ -22,7 +26,11 @@ async fn stub() -> (String, Seen) {
             "metrics": { "latencyMs": 3 }
         }))
     }
-    async fn invoke(State(seen): State<Seen>, axum::extract::Path(model): axum::extract::Path<String>, body: String) -> Json<Value> {
+    async fn invoke(
+        State(seen): State<Seen>,
+        axum::extract::Path(model): axum::extract::Path<String>,
+        body: String,
+    ) -> Json<Value> {
         let body: Value = serde_json::from_str(&body).unwrap();
         let dims = body["dimensions"].as_u64().unwrap() as usize;
         seen.lock().unwrap().push((model, body));

@@ -3,7 +3,9 @@
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
-use integration_tests::{Db, DownEmbedder, FixedEmbedder, agent_with_scopes, axis, memory, minilm, retriever, vector_with_similarity};
+use integration_tests::{
+    Db, DownEmbedder, FixedEmbedder, agent_with_scopes, axis, memory, minilm, retriever, vector_with_similarity,
+};
 use memory_core::{
     config::RetrievalConfig,
     domain::Scope,
@@ -61,7 +63,10 @@ async fn results_come_in_ascending_score_order_most_relevant_last(opts: PgPoolOp
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     for i in 0..8 {
-        memory(org, &format!("fact {i}")).embedding(vector_with_similarity(0.1 * i as f32 + 0.1, 10 + i)).insert(&db).await;
+        memory(org, &format!("fact {i}"))
+            .embedding(vector_with_similarity(0.1 * i as f32 + 0.1, 10 + i))
+            .insert(&db)
+            .await;
     }
     let result = retriever(&db, probe_embedder(), None).query(request(org, RetrievalMode::AgentQuery)).await.unwrap();
     let scores: Vec<f64> = result.memories.iter().map(|m| m.score).collect();
@@ -100,7 +105,8 @@ async fn fewer_than_three_taxonomy_matches_fall_back_to_all_candidates(opts: PgP
     let b = memory(org, "tabs over spaces").embedding(v()).taxonomy(&["preferences"]).insert(&db).await;
     let query = "our git workflow";
     let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
-    let result = retriever(&db, embedder, None).query(RetrievalRequest::new(org, RetrievalMode::Passive, query)).await.unwrap();
+    let result =
+        retriever(&db, embedder, None).query(RetrievalRequest::new(org, RetrievalMode::Passive, query)).await.unwrap();
     assert!(result.fallback_used);
     assert!(ids(&result).contains(&b.id));
 }
@@ -123,7 +129,8 @@ async fn a_weak_top_score_after_taxonomy_filtering_falls_back(opts: PgPoolOption
     let strong = memory(org, "untagged but relevant").embedding(axis(0)).insert(&db).await;
     let query = "workflow question";
     let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
-    let result = retriever(&db, embedder, None).query(RetrievalRequest::new(org, RetrievalMode::Passive, query)).await.unwrap();
+    let result =
+        retriever(&db, embedder, None).query(RetrievalRequest::new(org, RetrievalMode::Passive, query)).await.unwrap();
     assert!(result.fallback_used);
     assert_eq!(result.memories.last().unwrap().memory.id, strong.id);
 }
@@ -221,7 +228,10 @@ async fn an_exact_identifier_is_found_by_the_keyword_branch_when_its_cosine_is_l
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     for i in 0..12 {
-        memory(org, &format!("general note about deployments {i}")).embedding(vector_with_similarity(0.9, 30 + i)).insert(&db).await;
+        memory(org, &format!("general note about deployments {i}"))
+            .embedding(vector_with_similarity(0.9, 30 + i))
+            .insert(&db)
+            .await;
     }
     let code = memory(org, "E4021 means the refresh token expired").embedding(axis(100)).insert(&db).await;
     let path = memory(org, "SSO callbacks live in src/auth/login.rs").embedding(axis(101)).insert(&db).await;
@@ -264,7 +274,9 @@ async fn a_failing_or_slow_llm_degrades_to_keyword_rules(opts: PgPoolOptions, co
     memory(org, "fact").embedding(axis(0)).taxonomy(&["workflow"]).insert(&db).await;
     let failing: Arc<dyn Llm> = Arc::new(ScriptedLlm::new());
     let slow: Arc<dyn Llm> = Arc::new(
-        ScriptedLlm::new().on(InvocationPurpose::MemoryRetrieval, |_| Ok("{\"nodes\": []}".into())).with_delay(Duration::from_secs(5)),
+        ScriptedLlm::new()
+            .on(InvocationPurpose::MemoryRetrieval, |_| Ok("{\"nodes\": []}".into()))
+            .with_delay(Duration::from_secs(5)),
     );
     for (llm, reason) in [(failing, "llm_classification_failed"), (slow, "llm_classification_failed")] {
         let r = retriever(&db, probe_embedder(), Some(llm)).with_llm_timeout(Duration::from_millis(100));
@@ -291,7 +303,10 @@ async fn with_the_embedder_down_retrieval_is_keyword_only_and_says_so(opts: PgPo
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn with_full_text_search_failing_retrieval_is_vector_only_and_says_so(opts: PgPoolOptions, conn: PgConnectOptions) {
+async fn with_full_text_search_failing_retrieval_is_vector_only_and_says_so(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let m = memory(org, "probe query fact").embedding(axis(0)).insert(&db).await;
@@ -306,7 +321,13 @@ async fn with_full_text_search_failing_retrieval_is_vector_only_and_says_so(opts
 async fn the_same_corpus_and_request_give_the_same_order(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let texts = ["rebase feature branches", "deploy with the pipeline", "tabs over spaces", "E4021 token expiry", "postgres migrations"];
+    let texts = [
+        "rebase feature branches",
+        "deploy with the pipeline",
+        "tabs over spaces",
+        "E4021 token expiry",
+        "postgres migrations",
+    ];
     let embedder = minilm();
     for t in texts {
         let v = memory_core::embed::Embedder::embed_one(embedder.as_ref(), t).await.unwrap();
@@ -315,7 +336,8 @@ async fn the_same_corpus_and_request_give_the_same_order(opts: PgPoolOptions, co
     }
     let r = retriever(&db, embedder.clone(), None);
     let first = ids(&r.query(RetrievalRequest::new(org, RetrievalMode::AgentQuery, "how do we deploy")).await.unwrap());
-    let second = ids(&r.query(RetrievalRequest::new(org, RetrievalMode::AgentQuery, "how do we deploy")).await.unwrap());
+    let second =
+        ids(&r.query(RetrievalRequest::new(org, RetrievalMode::AgentQuery, "how do we deploy")).await.unwrap());
     assert_eq!(first, second);
     assert_eq!(first.len(), 5);
 }

@@ -68,8 +68,10 @@ async fn application_role_is_neither_owner_superuser_nor_bypassrls(opts: PgPoolO
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn pgvector_is_at_least_0_8(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
-    let version: String =
-        sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetch_one(&db.admin).await.unwrap();
+    let version: String = sqlx::query_scalar("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
     let parts: Vec<u32> = version.split('.').map(|p| p.parse().unwrap()).collect();
     assert!(parts[0] > 0 || parts[1] >= 8, "pgvector {version}");
     let server: i32 =

@@ -29,7 +29,10 @@ fn search(org: Uuid, query: &str, strategy: Strategy) -> SearchRequest {
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn hybrid_ranks_an_exact_identifier_first_where_vector_search_misses_it(opts: PgPoolOptions, conn: PgConnectOptions) {
+async fn hybrid_ranks_an_exact_identifier_first_where_vector_search_misses_it(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     for i in 0..15 {
@@ -66,7 +69,8 @@ async fn metadata_filters_apply_inside_each_branch(opts: PgPoolOptions, conn: Pg
     for i in 0..20 {
         memory(org, &format!("close match {i}")).embedding(vector_with_similarity(0.95, 30 + i)).insert(&db).await;
     }
-    let mut tagged = memory(org, "far but tagged").embedding(axis(200)).confidence(0.9).memory_type(MemoryType::Procedural);
+    let mut tagged =
+        memory(org, "far but tagged").embedding(axis(200)).confidence(0.9).memory_type(MemoryType::Procedural);
     tagged.new.tags = vec!["billing".into(), "urgent".into()];
     tagged.new.labels = serde_json::json!({"team": "payments"});
     let tagged = tagged.insert(&db).await;
@@ -95,8 +99,16 @@ async fn metadata_strategy_lists_filtered_memories_newest_first(opts: PgPoolOpti
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let now = chrono::Utc::now();
-    let older = memory(org, "older").memory_type(MemoryType::Preference).created_at(now - chrono::Duration::days(2)).insert(&db).await;
-    let newer = memory(org, "newer").memory_type(MemoryType::Preference).created_at(now - chrono::Duration::days(1)).insert(&db).await;
+    let older = memory(org, "older")
+        .memory_type(MemoryType::Preference)
+        .created_at(now - chrono::Duration::days(2))
+        .insert(&db)
+        .await;
+    let newer = memory(org, "newer")
+        .memory_type(MemoryType::Preference)
+        .created_at(now - chrono::Duration::days(1))
+        .insert(&db)
+        .await;
     memory(org, "other type").insert(&db).await;
     let r = retriever(&db, Arc::new(FixedEmbedder::default()), None);
     let mut req = search(org, "", Strategy::Metadata);
@@ -111,7 +123,8 @@ async fn metadata_strategy_lists_filtered_memories_newest_first(opts: PgPoolOpti
 async fn graph_expansion_adds_memories_sharing_an_entity_with_hop_decay(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let direct = memory(org, "billing-api returns E5003 on bad webhook signatures").embedding(axis(0)).insert(&db).await;
+    let direct =
+        memory(org, "billing-api returns E5003 on bad webhook signatures").embedding(axis(0)).insert(&db).await;
     let neighbour = memory(org, "the payments team owns that service").embedding(axis(1)).insert(&db).await;
     let two_hops = memory(org, "the payments team sits in Berlin").embedding(axis(2)).insert(&db).await;
     memory(org, "unrelated lunch menu").embedding(axis(3)).insert(&db).await;

@@ -16,44 +16,131 @@ use uuid::{Uuid, uuid};
 pub const ACME: Uuid = uuid!("0a000000-0000-4000-8000-000000000001");
 pub const GLOBEX: Uuid = uuid!("0b000000-0000-4000-8000-000000000002");
 /// Per organisation: a coding agent reading every scope and a reviewer reading only `org`.
-pub const CODER: [Uuid; 2] = [uuid!("a1000000-0000-4000-8000-000000000001"), uuid!("b1000000-0000-4000-8000-000000000001")];
+pub const CODER: [Uuid; 2] =
+    [uuid!("a1000000-0000-4000-8000-000000000001"), uuid!("b1000000-0000-4000-8000-000000000001")];
 pub const REVIEWER: [Uuid; 2] =
     [uuid!("a1000000-0000-4000-8000-000000000002"), uuid!("b1000000-0000-4000-8000-000000000002")];
-pub const PROJECT: [Uuid; 2] = [uuid!("1a000000-0000-4000-8000-000000000001"), uuid!("1b000000-0000-4000-8000-000000000001")];
-pub const TASK: [Uuid; 2] = [uuid!("7a000000-0000-4000-8000-000000000001"), uuid!("7b000000-0000-4000-8000-000000000001")];
+pub const PROJECT: [Uuid; 2] =
+    [uuid!("1a000000-0000-4000-8000-000000000001"), uuid!("1b000000-0000-4000-8000-000000000001")];
+pub const TASK: [Uuid; 2] =
+    [uuid!("7a000000-0000-4000-8000-000000000001"), uuid!("7b000000-0000-4000-8000-000000000001")];
 
 const SERVICES: [&str; 5] = ["billing-api", "auth-service", "search-indexer", "notification-worker", "web-frontend"];
 
 /// (taxonomy path, memory type, template); `{s}` is replaced by a service name.
 const TEMPLATES: &[(&str, MemoryType, &str)] = &[
-    ("workflow/git", MemoryType::Procedural, "Rebase {s} feature branches on main before opening a pull request; never merge main into a feature branch."),
-    ("workflow/git", MemoryType::Procedural, "Commits to {s} use conventional commit prefixes such as feat:, fix: and chore:."),
-    ("workflow/git", MemoryType::Semantic, "The {s} repository protects main: force pushes are rejected and two approvals are required."),
-    ("workflow/ci", MemoryType::Procedural, "The {s} CI pipeline runs unit tests, then integration tests against a disposable PostgreSQL."),
-    ("workflow/ci", MemoryType::Episodic, "A flaky {s} integration test timed out in CI last week because the test database was not warmed up."),
-    ("workflow/ci", MemoryType::ExecutionSummary, "Ran the {s} test suite: 412 passed, 3 skipped, finished in 6 minutes."),
-    ("workflow/code review", MemoryType::Preference, "Reviewers of {s} prefer small pull requests under 400 changed lines."),
-    ("workflow/code review", MemoryType::Procedural, "Every {s} pull request needs a test that fails without the change."),
-    ("preferences", MemoryType::Preference, "The {s} team prefers tabs over spaces in configuration files and 100-column lines in Rust."),
+    (
+        "workflow/git",
+        MemoryType::Procedural,
+        "Rebase {s} feature branches on main before opening a pull request; never merge main into a feature branch.",
+    ),
+    (
+        "workflow/git",
+        MemoryType::Procedural,
+        "Commits to {s} use conventional commit prefixes such as feat:, fix: and chore:.",
+    ),
+    (
+        "workflow/git",
+        MemoryType::Semantic,
+        "The {s} repository protects main: force pushes are rejected and two approvals are required.",
+    ),
+    (
+        "workflow/ci",
+        MemoryType::Procedural,
+        "The {s} CI pipeline runs unit tests, then integration tests against a disposable PostgreSQL.",
+    ),
+    (
+        "workflow/ci",
+        MemoryType::Episodic,
+        "A flaky {s} integration test timed out in CI last week because the test database was not warmed up.",
+    ),
+    (
+        "workflow/ci",
+        MemoryType::ExecutionSummary,
+        "Ran the {s} test suite: 412 passed, 3 skipped, finished in 6 minutes.",
+    ),
+    (
+        "workflow/code review",
+        MemoryType::Preference,
+        "Reviewers of {s} prefer small pull requests under 400 changed lines.",
+    ),
+    (
+        "workflow/code review",
+        MemoryType::Procedural,
+        "Every {s} pull request needs a test that fails without the change.",
+    ),
+    (
+        "preferences",
+        MemoryType::Preference,
+        "The {s} team prefers tabs over spaces in configuration files and 100-column lines in Rust.",
+    ),
     ("preferences", MemoryType::Preference, "Status updates about {s} go to the team channel, not direct messages."),
-    ("infrastructure/database", MemoryType::Semantic, "{s} stores its data in PostgreSQL 18 with pgvector; migrations live in the migrations folder."),
-    ("infrastructure/database", MemoryType::Procedural, "Schema changes to {s} ship as small numbered migrations, one change each, applied before deploy."),
-    ("infrastructure/deploy", MemoryType::Procedural, "Deploy {s} with the release pipeline; it builds arm64 Lambda zips and shifts traffic gradually."),
-    ("infrastructure/deploy", MemoryType::Episodic, "The last {s} deployment was rolled back because a missing environment variable crashed cold starts."),
-    ("incidents", MemoryType::Episodic, "Incident: {s} returned HTTP 503 for 12 minutes after the connection pool was exhausted."),
-    ("incidents", MemoryType::Semantic, "Error E4021 from {s} means the refresh token expired; the client must re-authenticate."),
-    ("customers", MemoryType::Semantic, "The largest customer of {s} sends bursts of 2,000 requests per second at the top of each hour."),
-    ("customers", MemoryType::Preference, "Customer-facing messages about {s} outages use plain language and give an expected recovery time."),
+    (
+        "infrastructure/database",
+        MemoryType::Semantic,
+        "{s} stores its data in PostgreSQL 18 with pgvector; migrations live in the migrations folder.",
+    ),
+    (
+        "infrastructure/database",
+        MemoryType::Procedural,
+        "Schema changes to {s} ship as small numbered migrations, one change each, applied before deploy.",
+    ),
+    (
+        "infrastructure/deploy",
+        MemoryType::Procedural,
+        "Deploy {s} with the release pipeline; it builds arm64 Lambda zips and shifts traffic gradually.",
+    ),
+    (
+        "infrastructure/deploy",
+        MemoryType::Episodic,
+        "The last {s} deployment was rolled back because a missing environment variable crashed cold starts.",
+    ),
+    (
+        "incidents",
+        MemoryType::Episodic,
+        "Incident: {s} returned HTTP 503 for 12 minutes after the connection pool was exhausted.",
+    ),
+    (
+        "incidents",
+        MemoryType::Semantic,
+        "Error E4021 from {s} means the refresh token expired; the client must re-authenticate.",
+    ),
+    (
+        "customers",
+        MemoryType::Semantic,
+        "The largest customer of {s} sends bursts of 2,000 requests per second at the top of each hour.",
+    ),
+    (
+        "customers",
+        MemoryType::Preference,
+        "Customer-facing messages about {s} outages use plain language and give an expected recovery time.",
+    ),
 ];
 
 const RESTRICTED: &[(&str, MemoryType, &str)] = &[
-    ("infrastructure/database", MemoryType::Semantic, "The {s} production database password rotates monthly; the current one is in the vault entry prod/{s}/db."),
-    ("customers", MemoryType::Semantic, "Contract terms for {s}'s largest customer include a 99.95% uptime credit clause."),
+    (
+        "infrastructure/database",
+        MemoryType::Semantic,
+        "The {s} production database password rotates monthly; the current one is in the vault entry prod/{s}/db.",
+    ),
+    (
+        "customers",
+        MemoryType::Semantic,
+        "Contract terms for {s}'s largest customer include a 99.95% uptime credit clause.",
+    ),
 ];
 
 const SPECIFIC: &[(&str, MemoryType, &str)] = &[
-    ("workflow/git", MemoryType::Semantic, "SSO callbacks are handled in src/auth/login.rs; the state parameter is checked there."),
-    ("incidents", MemoryType::Semantic, "E5003 in the billing-api logs means the payment provider webhook signature did not verify."),
+    (
+        "workflow/git",
+        MemoryType::Semantic,
+        "SSO callbacks are handled in src/auth/login.rs; the state parameter is checked there.",
+    ),
+    (
+        "incidents",
+        MemoryType::Semantic,
+        "E5003 in the billing-api logs means the payment provider webhook signature did not verify.",
+    ),
     ("preferences", MemoryType::Preference, "The user prefers concise answers with code first and explanations after."),
 ];
 
@@ -95,7 +182,8 @@ async fn seed_organization(pool: &PgPool, embedder: &MiniLm, i: usize, org: Uuid
             m.labels = serde_json::json!({ "service": service });
             m.provenance.source_kind = SourceKind::ChatMessage;
             m.provenance.trust_level = if rng.random_bool(0.5) { TrustLevel::Verified } else { TrustLevel::Unverified };
-            m.provenance.source_ref = Some(format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40)));
+            m.provenance.source_ref =
+                Some(format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40)));
             match rng.random_range(0..100) {
                 0..50 => {}
                 50..75 => {

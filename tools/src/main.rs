@@ -54,8 +54,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Token { org, agent, scope, hours } => {
             let secret = config::required("MEMORY_JWT_SECRET")?;
             let exp = chrono::Utc::now().timestamp() as u64 + hours * 3600;
-            let claims =
-                retrieve::Claims { org_id: org.to_string(), agent_id: agent.map(|a| a.to_string()), scope, exp: Some(exp) };
+            let claims = retrieve::Claims {
+                org_id: org.to_string(),
+                agent_id: agent.map(|a| a.to_string()),
+                scope,
+                exp: Some(exp),
+            };
             println!("{}", retrieve::auth::sign_local_token(&secret, &claims)?);
         }
     }
@@ -64,10 +68,7 @@ async fn main() -> anyhow::Result<()> {
 
 fn admin_pool() -> anyhow::Result<sqlx::PgPool> {
     let url = config::required("MEMORY_ADMIN_DATABASE_URL")?;
-    let config = DatabaseConfig {
-        url: url.into(),
-        max_connections: 4,
-        acquire_timeout: std::time::Duration::from_secs(10),
-    };
+    let config =
+        DatabaseConfig { url: url.into(), max_connections: 4, acquire_timeout: std::time::Duration::from_secs(10) };
     Ok(db::pool(&config)?)
 }

@@ -57,9 +57,8 @@ impl Principal {
             .transpose()
             .map_err(|_| ApiError::unauthorized("agent_id claim is not a UUID"))?;
         let scopes = claims.scope.as_deref().unwrap_or_default();
-        let may_act_for_any_agent = scopes
-            .split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == ',')
-            .any(|s| s == ANY_AGENT_SCOPE);
+        let may_act_for_any_agent =
+            scopes.split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == ',').any(|s| s == ANY_AGENT_SCOPE);
         Ok(Self { organization_id, agent_id, may_act_for_any_agent })
     }
 
@@ -81,9 +80,9 @@ impl Principal {
             }
             (Some(own), _) => Ok(Some(own)),
             (None, Some(other)) if self.may_act_for_any_agent => Ok(Some(other)),
-            (None, Some(_)) => Err(ApiError::forbidden(format!(
-                "naming agent_id needs an agent token or the {ANY_AGENT_SCOPE} scope"
-            ))),
+            (None, Some(_)) => {
+                Err(ApiError::forbidden(format!("naming agent_id needs an agent token or the {ANY_AGENT_SCOPE} scope")))
+            }
             (None, None) => Ok(None),
         }
     }

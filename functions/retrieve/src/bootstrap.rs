@@ -24,7 +24,9 @@ pub async fn state_from_env(behind_api_gateway: bool) -> anyhow::Result<AppState
 
     let aws = match (&embedder_config, &llm_config) {
         (EmbedderConfig::Titan { .. }, _) | (_, LlmConfig::Bedrock { .. }) => {
-            Some(aws_sdk_bedrockruntime::Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await))
+            Some(aws_sdk_bedrockruntime::Client::new(
+                &aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await,
+            ))
         }
         _ => None,
     };

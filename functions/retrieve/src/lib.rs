@@ -28,7 +28,5 @@ pub struct AppState {
 
 /// The HTTP API.
 pub fn app(state: AppState) -> Router {
-    routes::router()
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+    routes::router().layer(DefaultBodyLimit::max(MAX_BODY_BYTES)).with_state(state)
 }

@@ -60,7 +60,8 @@ fn read_config(dir: &std::path::Path) -> Result<Config, EmbedError> {
 
 fn load(dir: &std::path::Path) -> Result<Loaded, EmbedError> {
     let config = read_config(dir)?;
-    let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| EmbedError::Load(e.to_string()))?;
+    let mut tokenizer =
+        Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| EmbedError::Load(e.to_string()))?;
     tokenizer
         .with_truncation(Some(TruncationParams { max_length: MAX_WORD_PIECES, ..Default::default() }))
         .map_err(|e| EmbedError::Load(e.to_string()))?;
@@ -74,10 +75,8 @@ fn load(dir: &std::path::Path) -> Result<Loaded, EmbedError> {
 }
 
 fn embed_batch(loaded: &Loaded, texts: &[String]) -> candle_core::Result<Vec<Vec<f32>>> {
-    let encodings = loaded
-        .tokenizer
-        .encode_batch(texts.to_vec(), true)
-        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    let encodings =
+        loaded.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     let device = &Device::Cpu;
     let rows = |f: fn(&tokenizers::Encoding) -> &[u32]| -> candle_core::Result<Tensor> {
         let tensors = encodings.iter().map(|e| Tensor::new(f(e), device)).collect::<candle_core::Result<Vec<_>>>()?;

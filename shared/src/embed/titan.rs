@@ -46,7 +46,9 @@ impl Embedder for TitanEmbedder {
                 .body(Blob::new(body.to_string()))
                 .send()
                 .await
-                .map_err(|e| EmbedError::Unavailable(aws_sdk_bedrockruntime::error::DisplayErrorContext(e).to_string()))?;
+                .map_err(|e| {
+                    EmbedError::Unavailable(aws_sdk_bedrockruntime::error::DisplayErrorContext(e).to_string())
+                })?;
             let parsed: TitanResponse = serde_json::from_slice(response.body.as_ref())
                 .map_err(|e| EmbedError::Inference(format!("malformed Titan response: {e}")))?;
             if parsed.embedding.len() != self.dimensions {

@@ -62,6 +62,7 @@ pub trait Llm: Send + Sync {
 pub fn parse_json<T: serde::de::DeserializeOwned>(answer: &str) -> Result<T, LlmError> {
     let start = answer.find(['{', '[']).ok_or_else(|| LlmError::Malformed("no JSON in answer".into()))?;
     let close = if answer[start..].starts_with('{') { '}' } else { ']' };
-    let end = answer.rfind(close).filter(|e| *e > start).ok_or_else(|| LlmError::Malformed("unterminated JSON".into()))?;
+    let end =
+        answer.rfind(close).filter(|e| *e > start).ok_or_else(|| LlmError::Malformed("unterminated JSON".into()))?;
     serde_json::from_str(&answer[start..=end]).map_err(|e| LlmError::Malformed(e.to_string()))
 }

@@ -20,9 +20,8 @@ impl Retriever {
     #[tracing::instrument(skip_all, fields(org = %request.organization_id, mode = ?request.mode))]
     pub async fn query(&self, request: RetrievalRequest) -> crate::Result<RetrievalResult> {
         let text = match request.mode {
-            RetrievalMode::Mention => parse_mentions(&request.query).ok_or_else(|| {
-                crate::Error::validation("mention mode needs `@memory:<query>` in the query text")
-            })?,
+            RetrievalMode::Mention => parse_mentions(&request.query)
+                .ok_or_else(|| crate::Error::validation("mention mode needs `@memory:<query>` in the query text"))?,
             _ => request.query.clone(),
         };
         self.validate_query(&text, request.max_results)?;
@@ -41,8 +40,9 @@ impl Retriever {
             run_vector: true,
             run_keyword: true,
         };
-        let set = candidates::gather(&self.pool, &scope, &SearchFilters::default(), &text, query_vector.as_ref(), &settings)
-            .await?;
+        let set =
+            candidates::gather(&self.pool, &scope, &SearchFilters::default(), &text, query_vector.as_ref(), &settings)
+                .await?;
         degraded.extend(set.degraded_reasons);
         let mut pool_of_candidates = set.candidates;
 
@@ -116,7 +116,13 @@ impl Retriever {
         })
     }
 
-    async fn classify(&self, taxonomy: &Taxonomy, mode: RetrievalMode, text: &str, degraded: &mut Vec<String>) -> Vec<Uuid> {
+    async fn classify(
+        &self,
+        taxonomy: &Taxonomy,
+        mode: RetrievalMode,
+        text: &str,
+        degraded: &mut Vec<String>,
+    ) -> Vec<Uuid> {
         if taxonomy.is_empty() {
             return Vec::new();
         }
@@ -153,4 +159,3 @@ impl Retriever {
         ranked
     }
 }
-

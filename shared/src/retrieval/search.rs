@@ -41,7 +41,8 @@ impl Retriever {
 
         let mut hits = if request.strategy == Strategy::Metadata {
             let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
-            let rows = store::candidates::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
+            let rows =
+                store::candidates::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
             tx.commit().await?;
             rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
         } else {
@@ -86,7 +87,12 @@ impl Retriever {
             hits
         };
         hits.truncate(request.max_results);
-        Ok(SearchResult { hits, strategy: request.strategy, degraded: !degraded.is_empty(), degraded_reasons: degraded })
+        Ok(SearchResult {
+            hits,
+            strategy: request.strategy,
+            degraded: !degraded.is_empty(),
+            degraded_reasons: degraded,
+        })
     }
 
     /// Adds memories that share entity mentions with the top hits, scored with a decay per hop.

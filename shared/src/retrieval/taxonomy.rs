@@ -87,7 +87,12 @@ impl Taxonomy {
     }
 
     /// LLM classification (invocation_purpose = memory_retrieval), bounded by `timeout`.
-    pub async fn classify_with_llm(&self, llm: &dyn Llm, query: &str, timeout: Duration) -> Result<Vec<Uuid>, LlmError> {
+    pub async fn classify_with_llm(
+        &self,
+        llm: &dyn Llm,
+        query: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Uuid>, LlmError> {
         let mut paths: Vec<(String, Uuid)> = self.nodes.keys().map(|id| (self.path(*id), *id)).collect();
         paths.sort();
         let listing: String = paths.iter().map(|(p, _)| format!("- {p}\n")).collect();
@@ -110,10 +115,10 @@ impl Taxonomy {
         let by_path: HashMap<String, Uuid> = paths.into_iter().map(|(p, id)| (p.to_lowercase(), id)).collect();
         let mut ids: Vec<Uuid> = Vec::new();
         for path in answer.nodes {
-            if let Some(id) = by_path.get(&path.trim().trim_matches('/').to_lowercase()) {
-                if !ids.contains(id) {
-                    ids.push(*id);
-                }
+            if let Some(id) = by_path.get(&path.trim().trim_matches('/').to_lowercase())
+                && !ids.contains(id)
+            {
+                ids.push(*id);
             }
         }
         ids.truncate(MAX_NODES);

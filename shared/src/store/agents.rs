@@ -11,13 +11,12 @@ pub async fn read_scopes(
     organization_id: Uuid,
     agent_id: Uuid,
 ) -> sqlx::Result<Option<Vec<Scope>>> {
-    let scopes: Option<Vec<String>> = sqlx::query_scalar(
-        "SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2",
-    )
-    .bind(organization_id)
-    .bind(agent_id)
-    .fetch_optional(executor)
-    .await?;
+    let scopes: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2")
+            .bind(organization_id)
+            .bind(agent_id)
+            .fetch_optional(executor)
+            .await?;
     scopes
         .map(|s| s.iter().map(|v| v.parse::<Scope>().map_err(|e| sqlx::Error::Decode(Box::new(e)))).collect())
         .transpose()

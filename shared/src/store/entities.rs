@@ -144,6 +144,11 @@ pub async fn profiles_for(
     let rows: Vec<ProfileRow> = qb.build_query_as().fetch_all(conn).await?;
     Ok(rows
         .into_iter()
-        .map(|r| EntityProfile { entity_id: r.entity_id, name: r.entity_name, entity_type: r.entity_type, profile: r.profile })
+        .map(|r| EntityProfile {
+            entity_id: r.entity_id,
+            name: r.entity_name,
+            entity_type: r.entity_type,
+            profile: r.profile,
+        })
         .collect())
 }

@@ -7,12 +7,10 @@ use crate::domain::TaxonomyNode;
 
 /// Every node of an organisation's taxonomy.
 pub async fn nodes(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<TaxonomyNode>> {
-    sqlx::query_as(
-        "SELECT id, parent_id, name FROM memory_taxonomy_node WHERE organization_id = $1 ORDER BY name, id",
-    )
-    .bind(organization_id)
-    .fetch_all(executor)
-    .await
+    sqlx::query_as("SELECT id, parent_id, name FROM memory_taxonomy_node WHERE organization_id = $1 ORDER BY name, id")
+        .bind(organization_id)
+        .fetch_all(executor)
+        .await
 }
 
 /// Adds a node (or returns the existing one with that parent and name).
@@ -35,7 +33,12 @@ pub async fn upsert_node(
 }
 
 /// Tags a memory with a node.
-pub async fn tag(executor: impl PgExecutor<'_>, organization_id: Uuid, memory_id: Uuid, node_id: Uuid) -> sqlx::Result<()> {
+pub async fn tag(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    memory_id: Uuid,
+    node_id: Uuid,
+) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO memory_taxonomy_tag (organization_id, memory_id, node_id) VALUES ($1, $2, $3) \
          ON CONFLICT DO NOTHING",
