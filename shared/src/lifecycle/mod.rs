@@ -1,3 +1,6 @@
-//! Background maintenance of memory: supersession chains (and, next, dedup, contradiction, synthesis, file scans).
+//! Background maintenance of memory: supersession chains, LLM dedup and merge, entity synthesis
+//! (contradiction detection and file scans land here next).
 
+pub mod dedup;
 pub mod supersession;
+pub mod synthesis;
