@@ -90,25 +90,10 @@ impl Retriever {
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
     ) -> crate::Result<ScopeFilter> {
-        let read_scopes = match agent_id {
-            Some(agent_id) => {
-                let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
-                let scopes = store::agents::read_scopes(&mut *tx, organization_id, agent_id).await?;
-                tx.commit().await?;
-                scopes.unwrap_or_else(|| vec![Scope::Org])
-            }
-            None => SERVICE_READ_SCOPES.to_vec(),
-        };
-        Ok(ScopeFilter {
-            organization_id,
-            read_scopes,
-            project_id,
-            task_id,
-            agent_id,
-            sensitivity_gate,
-            include_inactive: false,
-            any_project_or_task: false,
-        })
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let scope = scope_filter_in(&mut tx, organization_id, agent_id, project_id, task_id, sensitivity_gate).await?;
+        tx.commit().await?;
+        Ok(scope)
     }
 
     /// One memory the principal may read, in any status (superseded and archived ones are kept for audit).
@@ -140,13 +125,17 @@ impl Retriever {
         }
     }
 
-    fn validate_query(&self, query: &str, max_results: usize) -> crate::Result<()> {
+    fn validate_query(&self, query: &str) -> crate::Result<()> {
         if query.trim().is_empty() {
             return Err(crate::Error::validation("query must not be empty"));
         }
         if query.len() > MAX_QUERY_BYTES {
             return Err(crate::Error::validation(format!("query is longer than {MAX_QUERY_BYTES} bytes")));
         }
+        Ok(())
+    }
+
+    fn validate_max_results(&self, max_results: usize) -> crate::Result<()> {
         if max_results == 0 || max_results > self.config.max_results_cap {
             return Err(crate::Error::validation(format!(
                 "max_results must be between 1 and {}",
@@ -155,4 +144,31 @@ impl Retriever {
         }
         Ok(())
     }
+}
+
+/// [`Retriever::scope_filter`] inside a caller's organisation transaction.
+async fn scope_filter_in(
+    conn: &mut sqlx::PgConnection,
+    organization_id: Uuid,
+    agent_id: Option<Uuid>,
+    project_id: Option<Uuid>,
+    task_id: Option<Uuid>,
+    sensitivity_gate: bool,
+) -> crate::Result<ScopeFilter> {
+    let read_scopes = match agent_id {
+        Some(agent_id) => {
+            store::agents::read_scopes(&mut *conn, organization_id, agent_id).await?.unwrap_or_else(|| vec![Scope::Org])
+        }
+        None => SERVICE_READ_SCOPES.to_vec(),
+    };
+    Ok(ScopeFilter {
+        organization_id,
+        read_scopes,
+        project_id,
+        task_id,
+        agent_id,
+        sensitivity_gate,
+        include_inactive: false,
+        any_project_or_task: false,
+    })
 }

@@ -1,16 +1,16 @@
 //! `Retriever::query`: the four-stage pipeline of the three retrieval modes.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
     RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     candidates::{self, BranchSettings, Candidate},
     mention::parse_mentions,
-    ranking,
+    ranking, scope_filter_in,
     taxonomy::Taxonomy,
 };
-use crate::store::{self, SearchFilters};
+use crate::store::{self, ScopeFilter, SearchFilters};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
@@ -24,15 +24,15 @@ impl Retriever {
                 .ok_or_else(|| crate::Error::validation("mention mode needs `@memory:<query>` in the query text"))?,
             _ => request.query.clone(),
         };
-        self.validate_query(&text, request.max_results)?;
-        let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
-        let scope = self
-            .scope_filter(request.organization_id, request.agent_id, request.project_id, request.task_id, gate)
-            .await?;
+        self.validate_query(&text)?;
+        self.validate_max_results(request.max_results)?;
         let mut degraded = Vec::new();
 
+        // The query embedding and the caller's scopes + taxonomy are independent: fetch them together.
+        let (query_vector, context) = tokio::join!(self.embed_query(&text, &mut degraded), self.load_context(&request));
+        let (scope, taxonomy) = context?;
+
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
-        let query_vector = self.embed_query(&text, &mut degraded).await;
         let settings = BranchSettings {
             limit: self.config.candidate_limit,
             text_search_config: &self.text_search_config,
@@ -40,69 +40,45 @@ impl Retriever {
             run_vector: true,
             run_keyword: true,
         };
-        let set =
-            candidates::gather(&self.pool, &scope, &SearchFilters::default(), &text, query_vector.as_ref(), &settings)
-                .await?;
+        let filters = SearchFilters::default();
+        let set = candidates::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
-        let mut pool_of_candidates = set.candidates;
+        let mut candidates = set.candidates;
 
         // Passive cooldown: memories recently injected into this session are not candidates.
         let session = request.session.as_ref().filter(|_| request.mode == RetrievalMode::Passive);
         if let Some(s) = session {
             let cooling = self.cooldown.cooling(request.organization_id, &s.session_id, s.turn);
-            pool_of_candidates.retain(|c| !cooling.contains(&c.memory.id));
+            candidates.retain(|c| !cooling.contains(&c.memory.id));
         }
 
         // Stage 2: taxonomy classification.
-        let taxonomy = {
-            let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
-            let nodes = store::taxonomy::nodes(&mut *tx, request.organization_id).await?;
-            tx.commit().await?;
-            Taxonomy::new(nodes)
-        };
         let classified = self.classify(&taxonomy, request.mode, &text, &mut degraded).await;
 
-        // Stage 3: keep candidates tagged within the classified subtrees (unless too few remain).
+        // Stages 3 and 4: keep candidates tagged within the classified subtrees and rank them, falling back to
+        // all candidates when too few remain or the best of them is weak.
         let as_of = request.as_of.unwrap_or_else(Utc::now);
+        let everything: Vec<&Candidate> = candidates.iter().collect();
         let mut fallback_used = false;
         let mut ranked = if classified.is_empty() {
-            self.rank(&pool_of_candidates, as_of)
+            self.rank(&everything, as_of, request.max_results)
         } else {
             let subtree = taxonomy.subtree(&classified);
-            let in_subtree: Vec<Candidate> = pool_of_candidates
-                .iter()
-                .filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n)))
-                .cloned()
-                .collect();
-            if in_subtree.len() < MIN_TAXONOMY_MATCHES {
+            let in_subtree: Vec<&Candidate> =
+                candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
+            let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
+                .then(|| self.rank(&in_subtree, as_of, request.max_results))
+                .filter(|r| r.first().is_some_and(|top| top.score >= self.config.min_top_score));
+            ranked.unwrap_or_else(|| {
                 fallback_used = true;
-                self.rank(&pool_of_candidates, as_of)
-            } else {
-                let ranked = self.rank(&in_subtree, as_of);
-                // Stage 4 fallback: a weak best match means the taxonomy misled us.
-                if ranked.first().is_none_or(|top| top.score < self.config.min_top_score) {
-                    fallback_used = true;
-                    self.rank(&pool_of_candidates, as_of)
-                } else {
-                    ranked
-                }
-            }
+                self.rank(&everything, as_of, request.max_results)
+            })
         };
-        ranked.truncate(request.max_results);
 
         if let Some(s) = session {
             self.cooldown.record(request.organization_id, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));
         }
-
-        let ids: Vec<Uuid> = ranked.iter().map(|r| r.memory.id).collect();
-        let entity_profiles = if ids.is_empty() {
-            Vec::new()
-        } else {
-            let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
-            let profiles = store::entities::profiles_for(&mut tx, &scope, &ids).await?;
-            tx.commit().await?;
-            profiles.into_iter().filter(|p| !ids.contains(&p.profile.id)).collect()
-        };
+        let entity_profiles = self.entity_profiles(&scope, &ranked).await?;
 
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();
@@ -114,6 +90,17 @@ impl Retriever {
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
         })
+    }
+
+    /// The caller's scope filter and the organisation's taxonomy, in one transaction.
+    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ScopeFilter, Taxonomy)> {
+        let org = request.organization_id;
+        let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
+        let mut tx = store::begin_for_org(&self.pool, org).await?;
+        let scope = scope_filter_in(&mut tx, org, request.agent_id, request.project_id, request.task_id, gate).await?;
+        let nodes = store::taxonomy::nodes(&mut *tx, org).await?;
+        tx.commit().await?;
+        Ok((scope, Taxonomy::new(nodes)))
     }
 
     async fn classify(
@@ -143,19 +130,40 @@ impl Retriever {
         }
     }
 
-    /// Stage 4: composite score, best first, ties broken by id so equal inputs give equal order.
-    fn rank(&self, candidates: &[Candidate], as_of: chrono::DateTime<Utc>) -> Vec<RankedMemory> {
-        let mut ranked: Vec<RankedMemory> = candidates
+    /// Stage 4: the best `limit` candidates by composite score, best first, ties broken by id so equal inputs
+    /// give equal order.
+    fn rank(&self, candidates: &[&Candidate], as_of: DateTime<Utc>, limit: usize) -> Vec<RankedMemory> {
+        let mut scored: Vec<(f64, &Candidate)> = candidates
             .iter()
             .map(|c| {
                 // Without a query embedding the keyword score stands in for similarity.
                 let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
                 let recency = ranking::recency(c.memory.created_at, as_of, c.memory.memory_type);
-                let score = ranking::composite(&self.config.weights, similarity, recency, c.memory.confidence);
-                RankedMemory { memory: c.memory.clone(), score, cosine_sim: c.cosine_sim }
+                (ranking::composite(&self.config.weights, similarity, recency, c.memory.confidence), *c)
             })
             .collect();
-        ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
-        ranked
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
+        scored
+            .into_iter()
+            .take(limit)
+            .map(|(score, c)| RankedMemory { memory: c.memory.clone(), score, cosine_sim: c.cosine_sim })
+            .collect()
+    }
+
+    /// Readable synthesised profiles of the entities the ranked memories mention (profiles already among them
+    /// are not repeated).
+    async fn entity_profiles(
+        &self,
+        scope: &ScopeFilter,
+        ranked: &[RankedMemory],
+    ) -> crate::Result<Vec<crate::domain::EntityProfile>> {
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = ranked.iter().map(|r| r.memory.id).collect();
+        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+        let profiles = store::entities::profiles_for(&mut tx, scope, &ids).await?;
+        tx.commit().await?;
+        Ok(profiles.into_iter().filter(|p| !ids.contains(&p.profile.id)).collect())
     }
 }

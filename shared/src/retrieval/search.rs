@@ -22,11 +22,11 @@ impl Retriever {
     /// Runs one strategy search. Hits are ordered most relevant FIRST.
     #[tracing::instrument(skip_all, fields(org = %request.organization_id, strategy = ?request.strategy))]
     pub async fn search(&self, request: SearchRequest) -> crate::Result<SearchResult> {
+        // The metadata strategy is a pure filter: it needs no query text.
         if request.strategy != Strategy::Metadata {
-            self.validate_query(&request.query, request.max_results)?;
-        } else {
-            self.validate_query("metadata", request.max_results)?;
+            self.validate_query(&request.query)?;
         }
+        self.validate_max_results(request.max_results)?;
         let scope = self
             .scope_filter(
                 request.organization_id,
@@ -37,7 +37,6 @@ impl Retriever {
             )
             .await?;
         let mut degraded = Vec::new();
-        let limit = request.max_results.max(GRAPH_SEEDS);
 
         let mut hits = if request.strategy == Strategy::Metadata {
             let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
@@ -56,7 +55,7 @@ impl Retriever {
             // Degraded retrieval: without embeddings a vector search becomes a keyword search.
             let run_keyword = wants_keyword || query_vector.is_none();
             let settings = BranchSettings {
-                limit: self.config.candidate_limit.max(limit),
+                limit: self.config.candidate_limit.max(request.max_results),
                 text_search_config: &self.text_search_config,
                 statement_timeout_ms: self.statement_timeout_ms,
                 run_vector: wants_vector,
