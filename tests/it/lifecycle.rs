@@ -125,3 +125,127 @@ async fn five_mentions_trigger_an_entity_profile_linked_from_the_entity(opts: Pg
     let first = store::memories::get(&mut *tx, org, profile.profile.id).await.unwrap().unwrap();
     assert_eq!(first.superseded_by, Some(again.profile.id));
 }
+
+mod contradiction {
+    use std::sync::Arc;
+
+    use integration_tests::{Db, axis, memory, vector_with_similarity};
+    use memory_core::{
+        domain::{Memory, MemoryStatus},
+        lifecycle::contradiction::ContradictionDetector,
+        llm::{InvocationPurpose, ScriptedLlm},
+        store,
+    };
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use uuid::Uuid;
+
+    /// Labels every screened pair contradictory.
+    fn everything_contradicts() -> Arc<ScriptedLlm> {
+        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryContradiction, |req| {
+            let n = req.prompt.matches("Existing ").count();
+            let relations: Vec<String> =
+                (0..n).map(|i| format!(r#"{{"memory": {i}, "relation": "contradictory"}}"#)).collect();
+            Ok(format!(r#"{{"relations": [{}]}}"#, relations.join(",")))
+        }))
+    }
+
+    async fn mention_all(db: &Db, org: Uuid, memories: &[&Memory]) {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        let entity = store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+        for m in memories {
+            store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+
+    async fn reload(db: &Db, org: Uuid, id: Uuid) -> Memory {
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        store::memories::get(&mut *tx, org, id).await.unwrap().unwrap()
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn contradicting_evidence_lowers_existing_confidence_and_archives_at_zero(
+        opts: PgPoolOptions,
+        conn: PgConnectOptions,
+    ) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let weakened = memory(org, "billing-api deploys on Tuesdays")
+            .embedding(vector_with_similarity(0.8, 1))
+            .confidence(0.5)
+            .insert(&db)
+            .await;
+        let archived = memory(org, "billing-api never deploys on Fridays")
+            .embedding(vector_with_similarity(0.75, 2))
+            .confidence(0.1)
+            .insert(&db)
+            .await;
+        let near_duplicate = memory(org, "billing-api deploys Thursdays")
+            .embedding(vector_with_similarity(0.95, 3))
+            .confidence(0.5)
+            .insert(&db)
+            .await;
+        let unrelated = memory(org, "search-indexer deploys daily")
+            .embedding(vector_with_similarity(0.8, 4))
+            .confidence(0.5)
+            .insert(&db)
+            .await;
+        let mut new = memory(org, "billing-api deploys on Thursdays only").embedding(axis(0)).confidence(0.6);
+        new.new.status = MemoryStatus::Candidate;
+        let new = new.insert(&db).await;
+        mention_all(&db, org, &[&weakened, &archived, &near_duplicate, &new]).await;
+
+        let llm = everything_contradicts();
+        let detector = ContradictionDetector::new(llm.clone());
+        let found = detector.check(&db.app, org, new.id).await.unwrap();
+
+        let mut ids: Vec<Uuid> = found.iter().map(|m| m.id).collect();
+        ids.sort();
+        let mut expected = vec![weakened.id, archived.id];
+        expected.sort();
+        assert_eq!(ids, expected);
+        let w = reload(&db, org, weakened.id).await;
+        assert!((w.confidence - 0.4).abs() < 1e-9 && w.status == MemoryStatus::Active);
+        let a = reload(&db, org, archived.id).await;
+        assert_eq!((a.status, a.confidence), (MemoryStatus::Archived, 0.0));
+        assert!(a.archived_at.is_some());
+        assert_eq!(reload(&db, org, near_duplicate.id).await.confidence, 0.5);
+        assert_eq!(reload(&db, org, unrelated.id).await.confidence, 0.5);
+        let n = reload(&db, org, new.id).await;
+        assert!((n.confidence - 0.4).abs() < 1e-9, "{}", n.confidence);
+        assert_eq!(n.status, MemoryStatus::Active, "promoted: confidence stays above 0.2");
+
+        // A redelivered job changes nothing and asks the model nothing.
+        assert!(detector.check(&db.app, org, new.id).await.unwrap().is_empty());
+        assert!((reload(&db, org, weakened.id).await.confidence - 0.4).abs() < 1e-9);
+        assert_eq!(llm.calls().len(), 1);
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn a_high_confidence_new_memory_supersedes_what_it_contradicts(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let old = memory(org, "the API key rotates yearly").embedding(vector_with_similarity(0.8, 1)).insert(&db).await;
+        let new = memory(org, "the API key rotates monthly").embedding(axis(0)).confidence(0.9).insert(&db).await;
+        mention_all(&db, org, &[&old, &new]).await;
+        ContradictionDetector::new(everything_contradicts()).check(&db.app, org, new.id).await.unwrap();
+        let o = reload(&db, org, old.id).await;
+        assert_eq!((o.status, o.superseded_by), (MemoryStatus::Superseded, Some(new.id)));
+        assert_eq!(reload(&db, org, new.id).await.confidence, 0.9);
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn a_weak_contradicted_candidate_is_not_promoted(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let old = memory(org, "staging uses port 5432").embedding(vector_with_similarity(0.8, 1)).insert(&db).await;
+        let mut new = memory(org, "staging uses port 6543").embedding(axis(0)).confidence(0.25);
+        new.new.status = MemoryStatus::Candidate;
+        let new = new.insert(&db).await;
+        mention_all(&db, org, &[&old, &new]).await;
+        ContradictionDetector::new(everything_contradicts()).check(&db.app, org, new.id).await.unwrap();
+        let n = reload(&db, org, new.id).await;
+        assert_eq!(n.status, MemoryStatus::Candidate);
+        assert!((n.confidence - 0.15).abs() < 1e-9);
+    }
+}

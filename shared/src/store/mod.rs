@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod candidates;
+pub mod contradiction;
 pub mod dedup;
 pub mod entities;
 pub mod memories;
