@@ -249,3 +249,68 @@ mod contradiction {
         assert!((n.confidence - 0.15).abs() < 1e-9);
     }
 }
+
+mod file_scan {
+    use std::sync::Arc;
+
+    use integration_tests::{Db, memory};
+    use memory_core::{
+        domain::{MemoryStatus, SourceKind},
+        lifecycle::file_scan::{DirectoryReader, FileScanner, ScanReport, content_hash},
+        store,
+    };
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use uuid::Uuid;
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn changed_files_supersede_deleted_files_archive_and_every_row_is_marked_scanned(
+        opts: PgPoolOptions,
+        conn: PgConnectOptions,
+    ) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let project = Uuid::now_v7();
+        let root = std::env::temp_dir().join(format!("file-scan-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(root.join(project.to_string()).join("docs")).unwrap();
+        std::fs::write(root.join(project.to_string()).join("docs/deploy.md"), "Deploy with make release.").unwrap();
+        std::fs::write(root.join(project.to_string()).join("README.md"), "Version 2 of the readme.").unwrap();
+
+        let file_memory = |path: &str, content: &str| {
+            let mut m = memory(org, content).project(project).scope(memory_core::domain::Scope::Project);
+            m.new.file_path = Some(path.to_string());
+            m.new.content_hash = Some(content_hash(content.as_bytes()));
+            m
+        };
+        let unchanged = file_memory("docs/deploy.md", "Deploy with make release.").insert(&db).await;
+        let changed = file_memory("README.md", "Version 1 of the readme.").insert(&db).await;
+        let deleted = file_memory("docs/removed.md", "An old page.").insert(&db).await;
+        memory(org, "not file backed").insert(&db).await;
+
+        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)), None);
+        let report = scanner.scan(&db.app, org).await.unwrap();
+        assert_eq!(report, ScanReport { scanned: 3, unchanged: 1, updated: 1, archived: 1, failed: 0 });
+
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        let u = store::memories::get(&mut *tx, org, unchanged.id).await.unwrap().unwrap();
+        assert_eq!(u.status, MemoryStatus::Active);
+        assert!(u.file_last_scanned_at.is_some());
+        let c = store::memories::get(&mut *tx, org, changed.id).await.unwrap().unwrap();
+        assert_eq!(c.status, MemoryStatus::Superseded);
+        assert!(c.file_last_scanned_at.is_some());
+        let replacement = store::memories::get(&mut *tx, org, c.superseded_by.unwrap()).await.unwrap().unwrap();
+        assert_eq!(replacement.content, "Version 2 of the readme.");
+        assert_eq!(replacement.content_hash.as_deref(), Some(content_hash(b"Version 2 of the readme.").as_str()));
+        assert!(replacement.file_backed && replacement.file_path.as_deref() == Some("README.md"));
+        assert_eq!((replacement.scope, replacement.project_id), (c.scope, Some(project)));
+        assert_eq!(replacement.provenance.source_kind, SourceKind::File);
+        let d = store::memories::get(&mut *tx, org, deleted.id).await.unwrap().unwrap();
+        assert_eq!(d.status, MemoryStatus::Archived);
+        assert!(d.archived_at.is_some() && d.file_last_scanned_at.is_some());
+        tx.commit().await.unwrap();
+
+        // A second scan finds only the replacement and the unchanged memory, both up to date.
+        let again = scanner.scan(&db.app, org).await.unwrap();
+        assert_eq!(again, ScanReport { scanned: 2, unchanged: 2, ..ScanReport::default() });
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}
