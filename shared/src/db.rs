@@ -1,10 +1,9 @@
 //! The connection pool, sized for Lambda: connects lazily, few connections, short acquire timeout.
 
+pub use sqlx::PgPool;
+
 use secrecy::ExposeSecret;
-use sqlx::{
-    PgPool,
-    postgres::{PgConnectOptions, PgPoolOptions},
-};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::{ConfigError, DatabaseConfig};
 

@@ -11,6 +11,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod llm;
 pub mod retrieval;
+pub mod services;
 pub mod store;
 pub mod telemetry;
 

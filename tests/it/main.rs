@@ -10,3 +10,4 @@ mod pipeline;
 mod schema;
 mod search;
 mod supersession;
+mod workers;

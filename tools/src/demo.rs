@@ -25,7 +25,15 @@ pub const PROJECT: [Uuid; 2] =
 pub const TASK: [Uuid; 2] =
     [uuid!("7a000000-0000-4000-8000-000000000001"), uuid!("7b000000-0000-4000-8000-000000000001")];
 
-const SERVICES: [&str; 5] = ["billing-api", "auth-service", "search-indexer", "notification-worker", "web-frontend"];
+const SERVICES: [&str; 7] = [
+    "billing-api",
+    "auth-service",
+    "search-indexer",
+    "notification-worker",
+    "web-frontend",
+    "data-pipeline",
+    "mobile-gateway",
+];
 
 /// (taxonomy path, memory type, template); `{s}` is replaced by a service name.
 const TEMPLATES: &[(&str, MemoryType, &str)] = &[

@@ -46,16 +46,35 @@ impl Deduper {
         Self { llm, embedder }
     }
 
-    /// Reviews the pairs of one organisation and applies the decisions.
+    /// Reviews the pairs of one organisation and applies the decisions, one transaction per model call.
     pub async fn review_cluster(&self, pool: &PgPool, organization_id: Uuid, pairs: &[DedupPair]) -> crate::Result<()> {
         for batch in pairs.chunks(PAIRS_PER_CALL) {
-            self.review_batch(pool, organization_id, batch).await?;
+            let mut tx = store::begin_for_org(pool, organization_id).await?;
+            self.review_batch(&mut tx, organization_id, batch).await?;
+            tx.commit().await?;
         }
         Ok(())
     }
 
-    async fn review_batch(&self, pool: &PgPool, organization_id: Uuid, batch: &[DedupPair]) -> crate::Result<()> {
+    /// Claims up to one model call's worth of deferred pairs (other workers skip them) and reviews them in the
+    /// same transaction; returns how many were reviewed.
+    pub async fn review_deferred(&self, pool: &PgPool, organization_id: Uuid) -> crate::Result<usize> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
+        let claimed = store::dedup::claim_deferred(&mut tx, organization_id, PAIRS_PER_CALL as i64).await?;
+        let pairs: Vec<DedupPair> = claimed.iter().map(|p| DedupPair { a: p.memory_a_id, b: p.memory_b_id }).collect();
+        if !pairs.is_empty() {
+            self.review_batch(&mut tx, organization_id, &pairs).await?;
+        }
+        tx.commit().await?;
+        Ok(pairs.len())
+    }
+
+    async fn review_batch(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        organization_id: Uuid,
+        batch: &[DedupPair],
+    ) -> crate::Result<()> {
         let mut loaded = Vec::new();
         for pair in batch {
             let a = store::memories::get(&mut *tx, organization_id, pair.a).await?;
@@ -97,12 +116,12 @@ impl Deduper {
                 .filter(|d| *d != DedupDecision::Deferred)
                 .ok_or_else(|| LlmError::Malformed(format!("no decision for pair {i}")))?;
             match decision {
-                DedupDecision::SupersedeA => supersede(&mut tx, a, b.id).await?,
-                DedupDecision::SupersedeB => supersede(&mut tx, b, a.id).await?,
+                DedupDecision::SupersedeA => supersede(tx, a, b.id).await?,
+                DedupDecision::SupersedeB => supersede(tx, b, a.id).await?,
                 DedupDecision::Merge => {
-                    let merged = self.merge(&mut tx, a, b).await?;
-                    supersede(&mut tx, a, merged).await?;
-                    supersede(&mut tx, b, merged).await?;
+                    let merged = self.merge(tx, a, b).await?;
+                    supersede(tx, a, merged).await?;
+                    supersede(tx, b, merged).await?;
                 }
                 DedupDecision::KeepBoth | DedupDecision::Deferred => {}
             }
@@ -119,7 +138,6 @@ impl Deduper {
             };
             store::dedup::record_decision(&mut *tx, organization_id, first, second, stored).await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 

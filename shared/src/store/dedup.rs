@@ -35,12 +35,16 @@ pub async fn defer_pair(
     .map(|r| r.rows_affected() == 1)
 }
 
-/// Claims up to `limit` deferred pairs for this transaction; other workers skip them.
+/// Claims up to `limit` deferred pairs whose memories are both still active, for this transaction; other
+/// workers skip them.
 pub async fn claim_deferred(conn: &mut PgConnection, organization_id: Uuid, limit: i64) -> sqlx::Result<Vec<PairRow>> {
     sqlx::query_as(
-        "SELECT memory_a_id, memory_b_id, cosine_similarity FROM memory_dedup_reviewed \
-         WHERE organization_id = $1 AND decision = 'deferred' ORDER BY created_at, memory_a_id, memory_b_id \
-         LIMIT $2 FOR UPDATE SKIP LOCKED",
+        "SELECT r.memory_a_id, r.memory_b_id, r.cosine_similarity FROM memory_dedup_reviewed r \
+         WHERE r.organization_id = $1 AND r.decision = 'deferred' \
+           AND (SELECT count(*) FROM memory m WHERE m.organization_id = r.organization_id \
+                AND m.id IN (r.memory_a_id, r.memory_b_id) AND m.status = 'active') = 2 \
+         ORDER BY r.created_at, r.memory_a_id, r.memory_b_id \
+         LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
     )
     .bind(organization_id)
     .bind(limit)

@@ -1,0 +1,64 @@
+//! The dedup worker: `memory_dedup_review` jobs. A job names the pairs to review, or none to claim the
+//! organisation's next deferred pairs.
+
+use memory_core::{
+    db::PgPool,
+    lifecycle::dedup::{DedupPair, Deduper},
+    services::Services,
+};
+use serde::Deserialize;
+use uuid::Uuid;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupReviewJob {
+    pub job_type: Option<JobType>,
+    pub organization_id: Uuid,
+    #[serde(default)]
+    pub pairs: Vec<PairRef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobType {
+    MemoryDedupReview,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairRef {
+    pub a: Uuid,
+    pub b: Uuid,
+}
+
+pub struct Worker {
+    pool: PgPool,
+    deduper: Deduper,
+}
+
+impl Worker {
+    pub fn new(services: &Services) -> anyhow::Result<Self> {
+        Ok(Self {
+            pool: services.pool.clone(),
+            deduper: Deduper::new(services.require_llm()?, Some(services.embedder.clone())),
+        })
+    }
+
+    pub fn with(pool: PgPool, deduper: Deduper) -> Self {
+        Self { pool, deduper }
+    }
+}
+
+impl sqs_worker::JobHandler for Worker {
+    type Job = DedupReviewJob;
+
+    async fn handle(&self, job: DedupReviewJob) -> anyhow::Result<()> {
+        if job.pairs.is_empty() {
+            self.deduper.review_deferred(&self.pool, job.organization_id).await?;
+        } else {
+            let pairs: Vec<DedupPair> = job.pairs.iter().map(|p| DedupPair { a: p.a, b: p.b }).collect();
+            self.deduper.review_cluster(&self.pool, job.organization_id, &pairs).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,61 @@
+//! The long-lived clients every function needs, built once per process from the environment: the pool, the
+//! embedder (checked against the schema's dimension) and the language model.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use crate::{
+    config::{DatabaseConfig, EmbedderConfig, LlmConfig},
+    db,
+    embed::{self, Embedder, MiniLm, TitanEmbedder},
+    llm::{BedrockLlm, Llm},
+    store,
+};
+
+pub struct Services {
+    pub pool: PgPool,
+    pub embedder: Arc<dyn Embedder>,
+    /// None when `MEMORY_LLM=none`.
+    pub llm: Option<Arc<dyn Llm>>,
+    pub llm_timeout: Duration,
+}
+
+impl Services {
+    pub async fn from_env() -> anyhow::Result<Self> {
+        let pool = db::pool(&DatabaseConfig::from_env()?)?;
+        let embedder_config = EmbedderConfig::from_env()?;
+        let llm_config = LlmConfig::from_env()?;
+
+        let needs_bedrock =
+            matches!(embedder_config, EmbedderConfig::Titan { .. }) || matches!(llm_config, LlmConfig::Bedrock { .. });
+        let bedrock = if needs_bedrock {
+            let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+            Some(aws_sdk_bedrockruntime::Client::new(&config))
+        } else {
+            None
+        };
+        let embedder: Arc<dyn Embedder> = match embedder_config {
+            EmbedderConfig::MiniLm { model_dir } => Arc::new(MiniLm::new(model_dir)?),
+            EmbedderConfig::Titan { model_id, dimensions } => {
+                Arc::new(TitanEmbedder::new(bedrock.clone().context("Bedrock client")?, model_id, dimensions))
+            }
+        };
+        let dimension = store::embedding_dimension(&pool).await.context("reading memory.embedding's dimension")?;
+        embed::ensure_dimension(embedder.as_ref(), dimension)?;
+
+        let (llm, llm_timeout): (Option<Arc<dyn Llm>>, _) = match llm_config {
+            LlmConfig::Bedrock { model_id, timeout } => {
+                (Some(Arc::new(BedrockLlm::new(bedrock.context("Bedrock client")?, model_id))), timeout)
+            }
+            LlmConfig::Disabled => (None, Duration::from_secs(2)),
+        };
+        Ok(Self { pool, embedder, llm, llm_timeout })
+    }
+
+    /// The language model, for functions that cannot work without one.
+    pub fn require_llm(&self) -> anyhow::Result<Arc<dyn Llm>> {
+        self.llm.clone().context("this function needs a language model: set MEMORY_LLM=bedrock")
+    }
+}
