@@ -10,7 +10,8 @@ server_running() { [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/n
 
 build() {
     echo "[run] building (first build takes several minutes)" >&2
-    cargo build --quiet -p retrieve -p memory-tools
+    # The whole workspace, so features unify as in `make test` and the two share one build.
+    cargo build --quiet --workspace --bins
 }
 
 admin() { "$CARGO_TARGET_DIR/debug/memory-admin" "$@"; }

@@ -1,0 +1,308 @@
+//! memory-eval: retrieval quality on a BEIR-layout dataset (corpus.jsonl, queries.jsonl, qrels/test.tsv).
+//!
+//! Each `metadata.group` of the corpus is loaded as its own organisation and a query searches only its group;
+//! `metadata.created_at` / `metadata.asked_at` (RFC 3339) feed recency. Prints nDCG@10, Recall@5/10/25/50 and
+//! MRR@10 per strategy and can write TREC run files.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{BufRead, Write},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Instant,
+};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use memory_core::{
+    config::RetrievalConfig,
+    domain::{MemoryType, NewMemory},
+    embed::{CachedEmbedder, Embedder, MiniLm},
+    retrieval::{RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion},
+    store::{self, SearchFilters},
+};
+use memory_tools::{scratch, stats};
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+#[derive(Parser)]
+#[command(name = "memory-eval", about = "Retrieval quality of the memory service on a BEIR-layout dataset")]
+struct Args {
+    /// Directory with corpus.jsonl, queries.jsonl and qrels/test.tsv.
+    #[arg(long)]
+    dataset: PathBuf,
+    /// Comma-separated: vector, keyword, hybrid, pipeline.
+    #[arg(long, default_value = "vector,keyword,hybrid,pipeline", value_delimiter = ',')]
+    strategies: Vec<String>,
+    /// Depth of each ranking (at most 100).
+    #[arg(long, default_value_t = 50)]
+    k: usize,
+    /// Write the metrics as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write one TREC run file per strategy (<strategy>.trec).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Where document embeddings are cached by content hash.
+    #[arg(long, default_value = ".local/eval-cache")]
+    cache_dir: PathBuf,
+    /// The model directory (default MEMORY_MODEL_DIR).
+    #[arg(long, env = "MEMORY_MODEL_DIR")]
+    model_dir: PathBuf,
+}
+
+#[derive(Deserialize)]
+struct RawDoc {
+    #[serde(rename = "_id")]
+    id: String,
+    #[serde(default)]
+    title: String,
+    text: String,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+#[derive(Deserialize)]
+struct RawQuery {
+    #[serde(rename = "_id")]
+    id: String,
+    text: String,
+    #[serde(default)]
+    metadata: Metadata,
+}
+
+#[derive(Deserialize, Default)]
+struct Metadata {
+    group: Option<String>,
+    created_at: Option<DateTime<Utc>>,
+    asked_at: Option<DateTime<Utc>>,
+}
+
+fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    std::io::BufReader::new(file)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
+        .map(|(i, l)| serde_json::from_str(&l?).with_context(|| format!("{} line {}", path.display(), i + 1)))
+        .collect()
+}
+
+fn read_qrels(path: &Path) -> anyhow::Result<BTreeMap<String, HashMap<String, i32>>> {
+    let mut qrels: BTreeMap<String, HashMap<String, i32>> = BTreeMap::new();
+    for (i, line) in std::fs::read_to_string(path)?.lines().enumerate() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if i == 0 && fields.first() == Some(&"query-id") || line.trim().is_empty() {
+            continue;
+        }
+        anyhow::ensure!(fields.len() == 3, "{} line {}: expected query-id, corpus-id, score", path.display(), i + 1);
+        qrels.entry(fields[0].to_string()).or_default().insert(fields[1].to_string(), fields[2].trim().parse()?);
+    }
+    Ok(qrels)
+}
+
+fn organization_of(group: Option<&str>) -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}", group.unwrap_or("default")).as_bytes())
+}
+
+/// Document embeddings cached on disk: records of sha256(text) followed by the vector.
+struct EmbeddingCache {
+    path: PathBuf,
+    dim: usize,
+    vectors: HashMap<[u8; 32], Vec<f32>>,
+}
+
+impl EmbeddingCache {
+    fn open(dir: &Path, model: &str, dim: usize) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{}-{dim}.bin", model.replace('/', "_")));
+        let mut vectors = HashMap::new();
+        if let Ok(bytes) = std::fs::read(&path) {
+            let record = 32 + dim * 4;
+            for chunk in bytes.chunks_exact(record) {
+                let key: [u8; 32] = chunk[..32].try_into()?;
+                let v = chunk[32..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+                vectors.insert(key, v);
+            }
+        }
+        Ok(Self { path, dim, vectors })
+    }
+
+    fn key(text: &str) -> [u8; 32] {
+        Sha256::digest(text.as_bytes()).into()
+    }
+
+    async fn embed_all(&mut self, embedder: &dyn Embedder, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let missing: Vec<String> =
+            texts.iter().filter(|t| !self.vectors.contains_key(&Self::key(t))).cloned().collect();
+        if !missing.is_empty() {
+            let started = Instant::now();
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
+            for (n, chunk) in missing.chunks(256).enumerate() {
+                let vectors = embedder.embed(chunk).await?;
+                for (text, v) in chunk.iter().zip(vectors) {
+                    anyhow::ensure!(v.len() == self.dim, "embedding of dimension {}", v.len());
+                    let key = Self::key(text);
+                    file.write_all(&key)?;
+                    v.iter().try_for_each(|x| file.write_all(&x.to_le_bytes()))?;
+                    self.vectors.insert(key, v);
+                }
+                eprint!("\rembedded {}/{} documents", ((n + 1) * 256).min(missing.len()), missing.len());
+            }
+            eprintln!(" in {:.0?}", started.elapsed());
+        }
+        Ok(texts.iter().map(|t| self.vectors[&Self::key(t)].clone()).collect())
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.k >= 10 && args.k <= 100, "--k must be between 10 and 100");
+    let docs: Vec<RawDoc> = read_jsonl(&args.dataset.join("corpus.jsonl"))?;
+    let queries: HashMap<String, RawQuery> =
+        read_jsonl::<RawQuery>(&args.dataset.join("queries.jsonl"))?.into_iter().map(|q| (q.id.clone(), q)).collect();
+    let qrels = read_qrels(&args.dataset.join("qrels/test.tsv"))?;
+    let has_time = docs.iter().any(|d| d.metadata.created_at.is_some());
+    eprintln!(
+        "{} documents, {} judged queries; recency {}",
+        docs.len(),
+        qrels.len(),
+        if has_time { "on" } else { "off (no timestamps)" }
+    );
+
+    // Load: one organisation per group, documents as organisation-wide semantic memories.
+    let db = scratch::recreate("memory_eval", 8).await?;
+    let model = Arc::new(MiniLm::new(&args.model_dir)?);
+    let mut cache = EmbeddingCache::open(&args.cache_dir, model.model_id(), model.dimension())?;
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| if d.title.is_empty() { d.text.clone() } else { format!("{} {}", d.title, d.text) })
+        .collect();
+    let vectors = cache.embed_all(model.as_ref(), &texts).await?;
+    let mut doc_of: HashMap<Uuid, String> = HashMap::new();
+    let mut by_org: BTreeMap<Uuid, Vec<NewMemory>> = BTreeMap::new();
+    for ((doc, text), vector) in docs.iter().zip(texts).zip(vectors) {
+        let org = organization_of(doc.metadata.group.as_deref());
+        let mut m = NewMemory::new(org, MemoryType::Semantic, text);
+        m.embedding = Some(vector);
+        m.created_at = doc.metadata.created_at;
+        m.provenance.source_ref = Some(doc.id.clone());
+        by_org.entry(org).or_default().push(m);
+    }
+    for (org, memories) in by_org {
+        let mut tx = store::begin_for_org(&db.admin, org).await?;
+        for m in memories {
+            let stored = store::memories::insert(&mut *tx, &m).await?;
+            doc_of.insert(stored.id, m.provenance.source_ref.clone().unwrap_or_default());
+        }
+        tx.commit().await?;
+    }
+    sqlx::query("ANALYZE memory").execute(&db.admin).await?;
+
+    let mut config = RetrievalConfig::default();
+    if !has_time {
+        config.weights.recency = 0.0;
+    }
+    let embedder: Arc<dyn Embedder> = Arc::new(CachedEmbedder::new(model, 8192));
+    let retriever = Retriever::new(db.app.clone(), embedder, None, config);
+
+    if let Some(dir) = &args.run_dir {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut report = serde_json::Map::new();
+    println!(
+        "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "strategy", "nDCG@10", "R@5", "R@10", "R@25", "R@50", "MRR@10"
+    );
+    for strategy in &args.strategies {
+        let started = Instant::now();
+        let mut run = String::new();
+        let mut sums = [0.0f64; 6];
+        for (qid, relevant) in &qrels {
+            let query = queries.get(qid).with_context(|| format!("query {qid} is judged but not in queries.jsonl"))?;
+            let ranked = run_query(&retriever, strategy, query, args.k).await?;
+            let ranked: Vec<String> = ranked.iter().map(|(id, _)| doc_of[id].clone()).collect::<Vec<_>>();
+            for (rank, doc) in ranked.iter().enumerate() {
+                run.push_str(&format!("{qid} Q0 {doc} {} {} {strategy}\n", rank + 1, (args.k - rank) as f64));
+            }
+            let m = [
+                stats::ndcg_at(&ranked, relevant, 10),
+                stats::recall_at(&ranked, relevant, 5),
+                stats::recall_at(&ranked, relevant, 10),
+                stats::recall_at(&ranked, relevant, 25),
+                stats::recall_at(&ranked, relevant, 50),
+                stats::mrr_at(&ranked, relevant, 10),
+            ];
+            sums.iter_mut().zip(m).for_each(|(s, v)| *s += v);
+        }
+        let n = qrels.len() as f64;
+        let means: Vec<f64> = sums.iter().map(|s| s / n).collect();
+        println!(
+            "{strategy:<10} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4}   ({:.1?})",
+            means[0],
+            means[1],
+            means[2],
+            means[3],
+            means[4],
+            means[5],
+            started.elapsed()
+        );
+        report.insert(
+            strategy.clone(),
+            json!({"ndcg@10": means[0], "recall@5": means[1], "recall@10": means[2], "recall@25": means[3],
+                   "recall@50": means[4], "mrr@10": means[5]}),
+        );
+        if let Some(dir) = &args.run_dir {
+            std::fs::write(dir.join(format!("{strategy}.trec")), run)?;
+        }
+    }
+    if let Some(path) = &args.json {
+        let out = json!({"dataset": args.dataset, "documents": docs.len(), "queries": qrels.len(), "k": args.k,
+                         "strategies": report});
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
+    }
+    Ok(())
+}
+
+/// The top k memory ids (best first) with their scores.
+async fn run_query(
+    retriever: &Retriever,
+    strategy: &str,
+    query: &RawQuery,
+    k: usize,
+) -> anyhow::Result<Vec<(Uuid, f64)>> {
+    let org = organization_of(query.metadata.group.as_deref());
+    if strategy == "pipeline" {
+        let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query.text.clone());
+        request.max_results = k;
+        request.as_of = query.metadata.asked_at;
+        let mut result = retriever.query(request).await?;
+        result.memories.reverse();
+        return Ok(result.memories.into_iter().map(|m| (m.memory.id, m.score)).collect());
+    }
+    let strategy = match strategy {
+        "vector" => Strategy::Vector,
+        "keyword" => Strategy::Keyword,
+        "hybrid" => Strategy::Hybrid,
+        other => anyhow::bail!("unknown strategy {other:?} (vector, keyword, hybrid, pipeline)"),
+    };
+    let request = SearchRequest {
+        organization_id: org,
+        agent_id: None,
+        project_id: None,
+        task_id: None,
+        query: query.text.clone(),
+        strategy,
+        filters: SearchFilters::default(),
+        fusion: Fusion::Rrf,
+        vector_weight: 0.5,
+        include_graph: false,
+        max_results: k,
+        sensitivity_gate: false,
+    };
+    Ok(retriever.search(request).await?.hits.into_iter().map(|h| (h.memory.id, h.score)).collect())
+}

@@ -1,0 +1,4 @@
+//! Shared pieces of the operator tools: scratch databases for benchmarks and evaluations, and statistics.
+
+pub mod scratch;
+pub mod stats;

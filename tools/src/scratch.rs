@@ -1,0 +1,33 @@
+//! A scratch database on the local (or given) server: dropped and recreated, migrated, with pools for the
+//! owner (loading) and the application role (querying, RLS in force).
+
+use anyhow::Context;
+use memory_core::store;
+use sqlx::{
+    Executor, PgPool,
+    postgres::{PgConnectOptions, PgPoolOptions},
+};
+
+pub struct Scratch {
+    pub admin: PgPool,
+    pub app: PgPool,
+    pub app_options: PgConnectOptions,
+}
+
+/// Recreates database `name` on the server of `MEMORY_ADMIN_DATABASE_URL` (or `DATABASE_URL`).
+pub async fn recreate(name: &str, app_connections: u32) -> anyhow::Result<Scratch> {
+    let url = std::env::var("MEMORY_ADMIN_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .context("set MEMORY_ADMIN_DATABASE_URL (the owner's connection), or run through make")?;
+    let server: PgConnectOptions = url.parse()?;
+    let maintenance = PgPoolOptions::new().max_connections(1).connect_with(server.clone().database("postgres")).await?;
+    maintenance.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
+    maintenance.execute(format!("CREATE DATABASE {name}").as_str()).await?;
+    maintenance.close().await;
+
+    let admin = PgPoolOptions::new().max_connections(4).connect_with(server.clone().database(name)).await?;
+    store::MIGRATOR.run(&admin).await.context("migrating the scratch database")?;
+    let app_options = server.database(name).username("memory_app");
+    let app = PgPoolOptions::new().max_connections(app_connections).connect_with(app_options.clone()).await?;
+    Ok(Scratch { admin, app, app_options })
+}
