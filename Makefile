@@ -6,13 +6,16 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop test stack token lint fmt
+.PHONY: help run stop test stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1"
 	@echo "make stop   stop what make run started"
 	@echo "make test   the whole test suite (starts the stack it needs)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
+	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
+	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
+	@echo "make realtalk   convert ../shared/data/realtalk to .local/realtalk-beir (then make eval DATASET=.local/realtalk-beir)"
 
 run:
 	@scripts/run.sh start
@@ -35,3 +38,18 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+BENCH_ARGS ?=
+EVAL_ARGS ?=
+DATASET ?=
+REALTALK ?= ../shared/data/realtalk
+
+bench:
+	@scripts/perf.sh memory-bench $(BENCH_ARGS)
+
+eval:
+	@test -n "$(DATASET)" || { echo "usage: make eval DATASET=<dir with corpus.jsonl, queries.jsonl, qrels/test.tsv>"; exit 2; }
+	@scripts/perf.sh memory-eval --dataset "$(DATASET)" $(EVAL_ARGS)
+
+realtalk:
+	@scripts/perf.sh realtalk-to-beir --input "$(REALTALK)" --output .local/realtalk-beir

@@ -369,3 +369,29 @@ impl WithQuery for RetrievalRequest {
         self
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn entity_profiles_of_returned_memories_come_with_the_result(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let m = memory(org, "billing-api retries webhooks").embedding(axis(0)).insert(&db).await;
+    memory(org, "lunch is at noon").embedding(axis(1)).insert(&db).await;
+    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
+    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let llm =
+        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: payments".into())));
+    let profile = memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
+        .synthesize_profile(&db.app, org, entity)
+        .await
+        .unwrap();
+
+    let mut req = request(org, RetrievalMode::AgentQuery);
+    req.max_results = 1;
+    let result = retriever(&db, probe_embedder(), None).query(req).await.unwrap();
+    assert_eq!(ids(&result), vec![m.id]);
+    assert_eq!(result.entity_profiles.len(), 1);
+    assert_eq!(result.entity_profiles[0].profile.id, profile.profile.id);
+    assert_eq!(result.entity_profiles[0].name, "billing-api");
+}

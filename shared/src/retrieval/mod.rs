@@ -90,10 +90,16 @@ impl Retriever {
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
     ) -> crate::Result<ScopeFilter> {
-        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
-        let scope = scope_filter_in(&mut tx, organization_id, agent_id, project_id, task_id, sensitivity_gate).await?;
-        tx.commit().await?;
-        Ok(scope)
+        let read_scopes = match agent_id {
+            Some(agent_id) => {
+                let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+                let scopes = store::agents::read_scopes(&mut *tx, organization_id, agent_id).await?;
+                tx.commit().await?;
+                scopes
+            }
+            None => None,
+        };
+        Ok(build_scope_filter(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
     }
 
     /// One memory the principal may read, in any status (superseded and archived ones are kept for audit).
@@ -146,22 +152,20 @@ impl Retriever {
     }
 }
 
-/// [`Retriever::scope_filter`] inside a caller's organisation transaction.
-async fn scope_filter_in(
-    conn: &mut sqlx::PgConnection,
+/// The scope filter of a caller whose agent profile held `read_scopes` (None: no profile, or no agent).
+fn build_scope_filter(
     organization_id: Uuid,
+    read_scopes: Option<Vec<Scope>>,
     agent_id: Option<Uuid>,
     project_id: Option<Uuid>,
     task_id: Option<Uuid>,
     sensitivity_gate: bool,
-) -> crate::Result<ScopeFilter> {
+) -> ScopeFilter {
     let read_scopes = match agent_id {
-        Some(agent_id) => {
-            store::agents::read_scopes(&mut *conn, organization_id, agent_id).await?.unwrap_or_else(|| vec![Scope::Org])
-        }
+        Some(_) => read_scopes.unwrap_or_else(|| vec![Scope::Org]),
         None => SERVICE_READ_SCOPES.to_vec(),
     };
-    Ok(ScopeFilter {
+    ScopeFilter {
         organization_id,
         read_scopes,
         project_id,
@@ -170,5 +174,5 @@ async fn scope_filter_in(
         sensitivity_gate,
         include_inactive: false,
         any_project_or_task: false,
-    })
+    }
 }

@@ -1,13 +1,13 @@
 //! `Retriever::query`: the four-stage pipeline of the three retrieval modes.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use uuid::Uuid;
 
 use super::{
-    RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
+    RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, build_scope_filter,
     candidates::{self, BranchSettings, Candidate},
     mention::parse_mentions,
-    ranking, scope_filter_in,
+    ranking,
     taxonomy::Taxonomy,
 };
 use crate::store::{self, ScopeFilter, SearchFilters};
@@ -61,24 +61,29 @@ impl Retriever {
         let everything: Vec<&Candidate> = candidates.iter().collect();
         let mut fallback_used = false;
         let mut ranked = if classified.is_empty() {
-            self.rank(&everything, as_of, request.max_results)
+            ranking::rank(&self.config.weights, &everything, as_of, request.max_results)
         } else {
             let subtree = taxonomy.subtree(&classified);
             let in_subtree: Vec<&Candidate> =
                 candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
             let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
-                .then(|| self.rank(&in_subtree, as_of, request.max_results))
+                .then(|| ranking::rank(&self.config.weights, &in_subtree, as_of, request.max_results))
                 .filter(|r| r.first().is_some_and(|top| top.score >= self.config.min_top_score));
             ranked.unwrap_or_else(|| {
                 fallback_used = true;
-                self.rank(&everything, as_of, request.max_results)
+                ranking::rank(&self.config.weights, &everything, as_of, request.max_results)
             })
         };
 
         if let Some(s) = session {
             self.cooldown.record(request.organization_id, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));
         }
-        let entity_profiles = self.entity_profiles(&scope, &ranked).await?;
+        let profiled: Vec<Uuid> = ranked
+            .iter()
+            .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
+            .map(|r| r.memory.id)
+            .collect();
+        let entity_profiles = self.entity_profiles(&scope, &profiled, &ranked).await?;
 
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();
@@ -97,9 +102,9 @@ impl Retriever {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        let scope = scope_filter_in(&mut tx, org, request.agent_id, request.project_id, request.task_id, gate).await?;
-        let nodes = store::taxonomy::nodes(&mut *tx, org).await?;
+        let (read_scopes, nodes) = store::agents::read_scopes_and_taxonomy(&mut tx, org, request.agent_id).await?;
         tx.commit().await?;
+        let scope = build_scope_filter(org, read_scopes, request.agent_id, request.project_id, request.task_id, gate);
         Ok((scope, Taxonomy::new(nodes)))
     }
 
@@ -130,40 +135,20 @@ impl Retriever {
         }
     }
 
-    /// Stage 4: the best `limit` candidates by composite score, best first, ties broken by id so equal inputs
-    /// give equal order.
-    fn rank(&self, candidates: &[&Candidate], as_of: DateTime<Utc>, limit: usize) -> Vec<RankedMemory> {
-        let mut scored: Vec<(f64, &Candidate)> = candidates
-            .iter()
-            .map(|c| {
-                // Without a query embedding the keyword score stands in for similarity.
-                let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
-                let recency = ranking::recency(c.memory.created_at, as_of, c.memory.memory_type);
-                (ranking::composite(&self.config.weights, similarity, recency, c.memory.confidence), *c)
-            })
-            .collect();
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
-        scored
-            .into_iter()
-            .take(limit)
-            .map(|(score, c)| RankedMemory { memory: c.memory.clone(), score, cosine_sim: c.cosine_sim })
-            .collect()
-    }
-
-    /// Readable synthesised profiles of the entities the ranked memories mention (profiles already among them
-    /// are not repeated).
+    /// Readable synthesised profiles of the entities that the `profiled` memories mention (profiles already
+    /// among the ranked memories are not repeated).
     async fn entity_profiles(
         &self,
         scope: &ScopeFilter,
+        profiled: &[Uuid],
         ranked: &[RankedMemory],
     ) -> crate::Result<Vec<crate::domain::EntityProfile>> {
-        if ranked.is_empty() {
+        if profiled.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<Uuid> = ranked.iter().map(|r| r.memory.id).collect();
         let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
-        let profiles = store::entities::profiles_for(&mut tx, scope, &ids).await?;
+        let profiles = store::entities::profiles_for(&mut tx, scope, profiled).await?;
         tx.commit().await?;
-        Ok(profiles.into_iter().filter(|p| !ids.contains(&p.profile.id)).collect())
+        Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())
     }
 }

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::{RankedMemory, candidates::Candidate};
 use crate::domain::MemoryType;
 
 /// Weights of the composite score; the spec's values are the default.
@@ -36,6 +37,30 @@ pub fn recency(created_at: DateTime<Utc>, as_of: DateTime<Utc>, memory_type: Mem
 /// weights.cosine × cosine + weights.recency × recency + weights.confidence × confidence.
 pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence: f64) -> f64 {
     weights.cosine * cosine + weights.recency * recency + weights.confidence * confidence
+}
+
+/// The best `limit` candidates by composite score, best first, ties broken by id so equal inputs give equal
+/// order. Without a query embedding the keyword score stands in for the cosine.
+pub fn rank(
+    weights: &RankingWeights,
+    candidates: &[&Candidate],
+    as_of: DateTime<Utc>,
+    limit: usize,
+) -> Vec<RankedMemory> {
+    let mut scored: Vec<(f64, &Candidate)> = candidates
+        .iter()
+        .map(|c| {
+            let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
+            let recency = recency(c.memory.created_at, as_of, c.memory.memory_type);
+            (composite(weights, similarity, recency, c.memory.confidence), *c)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
+    scored
+        .into_iter()
+        .take(limit)
+        .map(|(score, c)| RankedMemory { memory: c.memory.clone(), score, cosine_sim: c.cosine_sim })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Agent profiles: the memory scopes each agent may read.
 
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor, types::Json};
 use uuid::Uuid;
 
-use crate::domain::Scope;
+use crate::domain::{Scope, TaxonomyNode};
 
 /// The agent's `memory_read_scopes`, or None when the agent has no profile.
 pub async fn read_scopes(
@@ -17,9 +17,33 @@ pub async fn read_scopes(
             .bind(agent_id)
             .fetch_optional(executor)
             .await?;
+    parse_scopes(scopes)
+}
+
+fn parse_scopes(scopes: Option<Vec<String>>) -> sqlx::Result<Option<Vec<Scope>>> {
     scopes
         .map(|s| s.iter().map(|v| v.parse::<Scope>().map_err(|e| sqlx::Error::Decode(Box::new(e)))).collect())
         .transpose()
+}
+
+/// What retrieval needs before it searches, in one statement: the agent's read scopes (None without an agent
+/// or profile) and the organisation's taxonomy.
+pub async fn read_scopes_and_taxonomy(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    agent_id: Option<Uuid>,
+) -> sqlx::Result<(Option<Vec<Scope>>, Vec<TaxonomyNode>)> {
+    let (scopes, nodes): (Option<Vec<String>>, Json<Vec<TaxonomyNode>>) = sqlx::query_as(
+        "SELECT (SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2), \
+                coalesce((SELECT json_agg(json_build_object('id', id, 'parent_id', parent_id, 'name', name) \
+                                          ORDER BY name, id) \
+                          FROM memory_taxonomy_node WHERE organization_id = $1), '[]'::json)",
+    )
+    .bind(organization_id)
+    .bind(agent_id)
+    .fetch_one(conn)
+    .await?;
+    Ok((parse_scopes(scopes)?, nodes.0))
 }
 
 /// Creates or replaces an agent's profile.

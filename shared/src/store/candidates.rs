@@ -18,13 +18,21 @@ pub struct CandidateRow {
     pub keyword_score: Option<f64>,
     /// Taxonomy nodes the memory is tagged with.
     pub taxonomy_node_ids: Vec<Uuid>,
+    /// Whether the memory mentions an entity that has a synthesised profile.
+    pub mentions_profiled_entity: bool,
 }
 
-const TAXONOMY_NODE_IDS: &str = "ARRAY(SELECT t.node_id FROM memory_taxonomy_tag t \
-     WHERE t.organization_id = m.organization_id AND t.memory_id = m.id ORDER BY t.node_id) AS taxonomy_node_ids";
+/// What every branch adds to a memory's columns: its taxonomy tags and whether an entity it mentions has a profile
+/// (so the profile lookup runs only when it can find something).
+const CANDIDATE_EXTRAS: &str = "ARRAY(SELECT t.node_id FROM memory_taxonomy_tag t \
+     WHERE t.organization_id = m.organization_id AND t.memory_id = m.id ORDER BY t.node_id) AS taxonomy_node_ids, \
+     EXISTS (SELECT 1 FROM memory_entity_mention mn JOIN memory_entity en \
+             ON en.organization_id = mn.organization_id AND en.id = mn.entity_id \
+             WHERE mn.organization_id = m.organization_id AND mn.memory_id = m.id \
+               AND en.synthesis_memory_id IS NOT NULL) AS mentions_profiled_entity";
 
 fn select_head(qb: &mut QueryBuilder<'_, Postgres>) {
-    qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ").push(TAXONOMY_NODE_IDS).push(", ");
+    qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ").push(CANDIDATE_EXTRAS).push(", ");
 }
 
 /// Nearest neighbours of `query` by cosine distance (HNSW), nearest first.
@@ -115,7 +123,7 @@ pub async fn entity_neighbours(
     limit: usize,
 ) -> sqlx::Result<Vec<GraphNeighbour>> {
     let mut qb = QueryBuilder::new("SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
-    qb.push(MEMORY_COLUMNS).push(", ").push(TAXONOMY_NODE_IDS).push(", 1 - (m.embedding <=> ");
+    qb.push(MEMORY_COLUMNS).push(", ").push(CANDIDATE_EXTRAS).push(", 1 - (m.embedding <=> ");
     qb.push_bind(query.cloned())
         .push(
             ") AS cosine_sim, NULL::float8 AS keyword_score \

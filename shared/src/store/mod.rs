@@ -20,13 +20,9 @@ pub use predicates::{ScopeFilter, SearchFilters};
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
 /// Opens a transaction bound to one organisation: RLS policies compare every row against this setting.
+/// The setting travels with BEGIN (one round trip); it is formatted from a `Uuid`, never from caller text.
 pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT set_config('app.organization_id', $1, true)")
-        .bind(organization_id.to_string())
-        .execute(&mut *tx)
-        .await?;
-    Ok(tx)
+    pool.begin_with(format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)")).await
 }
 
 /// Like [`begin_for_org`], also tuning the ANN scan: iterative HNSW scans so a selective filter still yields
@@ -37,19 +33,14 @@ pub async fn begin_search(
     ef_search: usize,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(
-        "SELECT set_config('app.organization_id', $1, true), \
+    pool.begin_with(format!(
+        "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
                 set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-                set_config('hnsw.ef_search', $2, true), \
-                set_config('statement_timeout', $3, true)",
-    )
-    .bind(organization_id.to_string())
-    .bind(ef_search.clamp(40, 1000).to_string())
-    .bind(statement_timeout_ms.to_string())
-    .execute(&mut *tx)
-    .await?;
-    Ok(tx)
+                set_config('hnsw.ef_search', '{}', true), \
+                set_config('statement_timeout', '{statement_timeout_ms}', true)",
+        ef_search.clamp(40, 1000)
+    ))
+    .await
 }
 
 /// The dimension of `memory.embedding` as declared in the schema.

@@ -1,0 +1,562 @@
+//! memory-bench: latency and scale of the retrieval path against the spec's targets and a raw pgvector query.
+//!
+//! For each corpus size: a synthetic multi-tenant corpus (see `memory_tools::synthetic`) is COPY-loaded into a
+//! scratch database, the ANN and full-text indexes are built, and `--queries` queries measure the vector branch,
+//! the keyword branch, fusion + filter (RRF, taxonomy filter, ranking), `Retriever::query` end to end without the
+//! query embedding, and the raw baseline (one HNSW query with the same tenant filter). Filtered recall@10 is
+//! measured for a tenant holding about 1% of the rows. After the last size: HTTP throughput of the real retrieve
+//! server on loopback, MiniLM query-embedding latency, and the server's peak RSS.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use chrono::Utc;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use memory_core::{
+    config::RetrievalConfig,
+    embed::{EmbedError, Embedder, MiniLm},
+    retrieval::{
+        RetrievalMode, RetrievalRequest, Retriever,
+        candidates::{self, Candidate},
+        ranking,
+        taxonomy::Taxonomy,
+    },
+    store::{self, ScopeFilter, SearchFilters},
+};
+use memory_tools::{
+    plot, scratch,
+    stats::Percentiles,
+    synthetic::{Corpus, Organization},
+};
+use pgvector::Vector;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+use sqlx::{Executor, PgPool, QueryBuilder};
+use uuid::Uuid;
+
+#[derive(Parser)]
+#[command(name = "memory-bench", about = "Latency and scale of the memory retrieval path")]
+struct Args {
+    /// Corpus sizes, comma-separated.
+    #[arg(long, default_value = "10000,100000,1000000", value_delimiter = ',')]
+    sizes: Vec<usize>,
+    /// Timed queries per size (after 50 warm-up queries).
+    #[arg(long, default_value_t = 1000)]
+    queries: usize,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG plot of p95 against corpus size.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Duration of the HTTP throughput run, in seconds (0 skips it).
+    #[arg(long, default_value_t = 10)]
+    http_seconds: u64,
+    /// Concurrent HTTP clients.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    #[arg(long, env = "MEMORY_MODEL_DIR")]
+    model_dir: PathBuf,
+}
+
+#[derive(Serialize, Default)]
+struct SizeReport {
+    memories: usize,
+    vector_ms: Percentiles,
+    keyword_ms: Percentiles,
+    fusion_ms: Percentiles,
+    e2e_ms: Percentiles,
+    baseline_ms: Percentiles,
+    ratio_p95: f64,
+    filtered_recall_at_10: f64,
+    load_s: f64,
+    index_s: f64,
+}
+
+#[derive(Serialize, Default)]
+struct HttpReport {
+    rps: f64,
+    p95_ms: f64,
+    requests: usize,
+    errors: usize,
+    concurrency: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    sizes: Vec<SizeReport>,
+    http: Option<HttpReport>,
+    embed_ms: Percentiles,
+    rss_mb: Option<f64>,
+    queries: usize,
+    machine: String,
+}
+
+/// Query embeddings computed up front, so timings exclude the embedding model.
+struct Precomputed(HashMap<String, Vec<f32>>);
+
+#[async_trait]
+impl Embedder for Precomputed {
+    fn dimension(&self) -> usize {
+        memory_tools::synthetic::DIM
+    }
+    fn model_id(&self) -> &str {
+        "precomputed"
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts.iter().map(|t| self.0.get(t).cloned().ok_or_else(|| EmbedError::Unavailable(t.clone()))).collect()
+    }
+}
+
+struct Probe {
+    organization: Uuid,
+    agent: Uuid,
+    project: Uuid,
+    task: Uuid,
+    text: String,
+    vector: Vec<f32>,
+}
+
+fn probes(corpus: &Corpus, count: usize, seed: u64, only: Option<&Organization>) -> Vec<Probe> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let total = corpus.total();
+    (0..count)
+        .map(|i| {
+            let org = only.unwrap_or_else(|| {
+                // Tenants query in proportion to their size.
+                let mut pick = rng.random_range(0..total);
+                corpus
+                    .organizations
+                    .iter()
+                    .find(|o| {
+                        if pick < o.memories {
+                            true
+                        } else {
+                            pick -= o.memories;
+                            false
+                        }
+                    })
+                    .unwrap()
+            });
+            let topic = rng.random_range(0..corpus.topics());
+            let p = rng.random_range(0..org.projects.len());
+            Probe {
+                organization: org.id,
+                agent: org.agents[rng.random_range(0..org.agents.len())],
+                project: org.projects[p],
+                task: org.tasks[p],
+                text: format!("{} q{i}", corpus.query_text(topic, &mut rng)),
+                vector: corpus.vector_near(topic, 0.6, &mut rng),
+            }
+        })
+        .collect()
+}
+
+fn ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut sizes = Vec::new();
+    let mut last: Option<(scratch::Scratch, Corpus)> = None;
+    for &size in &args.sizes {
+        let (report, db, corpus) = bench_size(&args, size).await?;
+        print_row(&report);
+        sizes.push(report);
+        last = Some((db, corpus));
+    }
+
+    let embed_ms = embed_latency(&args).await?;
+    let (http, rss_mb) = match (&last, args.http_seconds) {
+        (Some((db, corpus)), s) if s > 0 => {
+            let (http, rss) = http_throughput(&args, db, corpus).await?;
+            (Some(http), rss)
+        }
+        _ => (None, None),
+    };
+    println!("query embedding (MiniLM, in process): p50 {:.2} ms, p95 {:.2} ms", embed_ms.p50, embed_ms.p95);
+    if let Some(h) = &http {
+        println!(
+            "HTTP /v1/retrieve, {} clients for {} s: {:.0} requests/s, p95 {:.1} ms ({} requests, {} errors); peak RSS {:.0} MB",
+            h.concurrency,
+            args.http_seconds,
+            h.rps,
+            h.p95_ms,
+            h.requests,
+            h.errors,
+            rss_mb.unwrap_or_default()
+        );
+    }
+    let report = Report { sizes, http, embed_ms, rss_mb, queries: args.queries, machine: machine() };
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if let Some(path) = &args.plot {
+        let series = |name, color, f: fn(&SizeReport) -> f64| plot::Series {
+            name,
+            color,
+            points: report.sizes.iter().map(|s| (s.memories as f64, f(s))).collect(),
+        };
+        let chart = plot::p95_chart(&[
+            series("vector", "#1f77b4", |s| s.vector_ms.p95),
+            series("keyword", "#ff7f0e", |s| s.keyword_ms.p95),
+            series("fusion+filter", "#2ca02c", |s| s.fusion_ms.p95),
+            series("end to end", "#d62728", |s| s.e2e_ms.p95),
+            series("raw pgvector", "#7f7f7f", |s| s.baseline_ms.p95),
+        ]);
+        std::fs::write(path, chart)?;
+    }
+    Ok(())
+}
+
+fn print_row(r: &SizeReport) {
+    println!(
+        "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
+         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3} | load {:.0} s, index {:.0} s",
+        r.memories,
+        r.vector_ms.p50,
+        r.vector_ms.p95,
+        r.vector_ms.p99,
+        r.keyword_ms.p50,
+        r.keyword_ms.p95,
+        r.keyword_ms.p99,
+        r.fusion_ms.p50,
+        r.fusion_ms.p95,
+        r.fusion_ms.p99,
+        r.e2e_ms.p50,
+        r.e2e_ms.p95,
+        r.e2e_ms.p99,
+        r.baseline_ms.p50,
+        r.baseline_ms.p95,
+        r.baseline_ms.p99,
+        r.ratio_p95,
+        r.filtered_recall_at_10,
+        r.load_s,
+        r.index_s,
+    );
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!("{} cores, {cpu}", std::thread::available_parallelism().map_or(0, |n| n.get()))
+}
+
+/// HTTP clients step through the probes with this stride so they send different queries.
+const STRIDE: usize = 97;
+
+/// The ANN, full-text and tag indexes: dropped for the load and rebuilt after it, as defined by the migrations.
+const BULK_INDEXES: [&str; 3] = ["memory_embedding_hnsw", "memory_content_tsv", "memory_tags"];
+
+async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
+    eprintln!("== {size} memories");
+    let db = scratch::recreate("memory_bench", 8).await?;
+    let definitions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes WHERE tablename = 'memory' AND indexname = ANY($1)",
+    )
+    .bind(BULK_INDEXES.to_vec())
+    .fetch_all(&db.admin)
+    .await?;
+    for (name, _) in &definitions {
+        db.admin.execute(format!("DROP INDEX {name}").as_str()).await?;
+    }
+
+    let corpus = Corpus::plan(size, args.seed);
+    let bar = ProgressBar::new(size as u64)
+        .with_style(ProgressStyle::with_template("loading {bar:40} {pos}/{len} {per_sec} eta {eta}").unwrap());
+    let started = Instant::now();
+    corpus.load(&db.admin, |n| bar.set_position(n as u64)).await?;
+    bar.finish_and_clear();
+    let load_s = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let mut conn = db.admin.acquire().await?;
+    conn.execute("SET maintenance_work_mem = '6GB'").await?;
+    conn.execute("SET max_parallel_maintenance_workers = 1").await?;
+    for (name, definition) in &definitions {
+        eprintln!("building {name}");
+        conn.execute(definition.as_str()).await?;
+    }
+    conn.execute("VACUUM ANALYZE").await?;
+    drop(conn);
+    let index_s = started.elapsed().as_secs_f64();
+    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s");
+
+    let warmup = 50;
+    let probes = probes(&corpus, args.queries + warmup, args.seed + size as u64, None);
+    let embedder = Precomputed(probes.iter().map(|p| (p.text.clone(), p.vector.clone())).collect());
+    let config = RetrievalConfig::default();
+    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
+
+    let (mut vector, mut keyword, mut fusion, mut e2e, mut baseline) = (vec![], vec![], vec![], vec![], vec![]);
+    let bar = ProgressBar::new(probes.len() as u64)
+        .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
+    for (i, probe) in probes.iter().enumerate() {
+        let scope = retriever
+            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
+            .await?;
+        let query = Vector::from(probe.vector.clone());
+        let limit = config.candidate_limit;
+
+        let t = Instant::now();
+        let mut tx = store::begin_search(&db.app, probe.organization, limit, 5000).await?;
+        let vector_rows =
+            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, limit).await?;
+        tx.commit().await?;
+        let vector_ms = ms(t);
+
+        let t = Instant::now();
+        let mut tx = store::begin_search(&db.app, probe.organization, limit, 5000).await?;
+        let keyword_rows = store::candidates::keyword_branch(
+            &mut tx,
+            &scope,
+            &SearchFilters::default(),
+            "memory_text",
+            &probe.text,
+            Some(&query),
+            limit,
+        )
+        .await?;
+        tx.commit().await?;
+        let keyword_ms = ms(t);
+
+        let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
+        let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
+        tx.commit().await?;
+        let t = Instant::now();
+        let fused = candidates::fuse(vector_rows, keyword_rows, limit);
+        let classified = taxonomy.classify_by_rules(&probe.text);
+        let subtree = taxonomy.subtree(&classified);
+        let filtered: Vec<&Candidate> = fused
+            .iter()
+            .filter(|c| classified.is_empty() || c.taxonomy_node_ids.iter().any(|n| subtree.contains(n)))
+            .collect();
+        let ranked = ranking::rank(&config.weights, &filtered, Utc::now(), 20);
+        let fusion_ms = ms(t);
+        std::hint::black_box(ranked);
+
+        let t = Instant::now();
+        let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
+        request.agent_id = Some(probe.agent);
+        request.project_id = Some(probe.project);
+        request.task_id = Some(probe.task);
+        let result = retriever.query(request).await?;
+        let e2e_ms = ms(t);
+        anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
+
+        let t = Instant::now();
+        raw_baseline(&db.app, &scope, &query, 20).await?;
+        let baseline_ms = ms(t);
+
+        if i >= warmup {
+            vector.push(vector_ms);
+            keyword.push(keyword_ms);
+            fusion.push(fusion_ms);
+            e2e.push(e2e_ms);
+            baseline.push(baseline_ms);
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;
+    let (e2e_ms, baseline_ms) = (Percentiles::of(&e2e), Percentiles::of(&baseline));
+    let report = SizeReport {
+        memories: size,
+        vector_ms: Percentiles::of(&vector),
+        keyword_ms: Percentiles::of(&keyword),
+        fusion_ms: Percentiles::of(&fusion),
+        ratio_p95: e2e_ms.p95 / baseline_ms.p95,
+        e2e_ms,
+        baseline_ms,
+        filtered_recall_at_10,
+        load_s,
+        index_s,
+    };
+    Ok((report, db, corpus))
+}
+
+/// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
+async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
+    let mut tx = store::begin_search(pool, scope.organization_id, k, 5000).await?;
+    let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
+    scope.push_sql(&mut qb);
+    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
+    let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// Recall@10 of the filtered HNSW search against exact search, for the tenant closest to 1% of the rows.
+async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, seed: u64) -> anyhow::Result<f64> {
+    let target = corpus.total() / 100;
+    let org = corpus.organizations.iter().min_by_key(|o| o.memories.abs_diff(target)).context("no organisation")?;
+    let probes = probes(corpus, 200, seed + 99, Some(org));
+    let mut hits = 0usize;
+    for probe in &probes {
+        let scope = retriever
+            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), false)
+            .await?;
+        let query = Vector::from(probe.vector.clone());
+        let mut tx = store::begin_search(pool, org.id, 10, 30_000).await?;
+        let approximate: Vec<Uuid> =
+            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, 10)
+                .await?
+                .into_iter()
+                .map(|r| r.memory.id)
+                .collect();
+        tx.execute("SET LOCAL enable_indexscan = off").await?;
+        let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
+        scope.push_sql(&mut qb);
+        qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(", m.id LIMIT 10");
+        let exact: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        hits += approximate.iter().filter(|id| exact.contains(id)).count();
+    }
+    Ok(hits as f64 / (probes.len() * 10) as f64)
+}
+
+async fn embed_latency(args: &Args) -> anyhow::Result<Percentiles> {
+    let model = MiniLm::new(&args.model_dir)?;
+    let corpus = Corpus::plan(1000, args.seed);
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut samples = Vec::new();
+    for i in 0..201 {
+        let text = format!("{} {i}", corpus.query_text(i, &mut rng));
+        let t = Instant::now();
+        model.embed_one(&text).await?;
+        if i > 0 {
+            samples.push(ms(t));
+        }
+    }
+    Ok(Percentiles::of(&samples))
+}
+
+/// Runs the real retrieve server (the release binary next to this one) on the bench database and drives it
+/// with concurrent clients on loopback for a bounded time.
+async fn http_throughput(
+    args: &Args,
+    db: &scratch::Scratch,
+    corpus: &Corpus,
+) -> anyhow::Result<(HttpReport, Option<f64>)> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+
+    let binary = std::env::current_exe()?.with_file_name("retrieve");
+    anyhow::ensure!(
+        binary.exists(),
+        "{} not found: build the workspace's binaries with the same profile",
+        binary.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let secret = "bench-secret";
+    let app_url = format!(
+        "postgres://memory_app@{}:{}/{}",
+        db.app_options.get_host(),
+        db.app_options.get_port(),
+        db.app_options.get_database().unwrap_or("memory_bench")
+    );
+    let mut server = tokio::process::Command::new(&binary)
+        .env("MEMORY_DATABASE_URL", app_url)
+        .env("MEMORY_DB_MAX_CONNECTIONS", "16")
+        .env("MEMORY_MODEL_DIR", &args.model_dir)
+        .env("MEMORY_LLM", "none")
+        .env("MEMORY_JWT_SECRET", secret)
+        .env("MEMORY_BIND", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let ready = Instant::now();
+    loop {
+        let ok = client.get(format!("{base}/healthz").parse()?).await.is_ok_and(|r| r.status().is_success());
+        if ok {
+            break;
+        }
+        anyhow::ensure!(ready.elapsed() < Duration::from_secs(30), "retrieve server did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let probes = Arc::new(probes(corpus, 5000, args.seed + 7, None));
+    let deadline = Instant::now() + Duration::from_secs(args.http_seconds);
+    let mut clients = Vec::new();
+    for c in 0..args.concurrency {
+        let (client, probes, base) = (client.clone(), probes.clone(), base.clone());
+        clients.push(tokio::spawn(async move {
+            let mut tokens: HashMap<Uuid, String> = HashMap::new();
+            let (mut latencies, mut errors, mut i) = (Vec::new(), 0usize, c);
+            while Instant::now() < deadline {
+                let probe = &probes[i % probes.len()];
+                i += STRIDE;
+                let token = tokens.entry(probe.organization).or_insert_with(|| {
+                    let claims = retrieve::Claims {
+                        org_id: probe.organization.to_string(),
+                        agent_id: Some(probe.agent.to_string()),
+                        scope: None,
+                        exp: None,
+                    };
+                    retrieve::auth::sign_local_token(secret, &claims).expect("token")
+                });
+                let body = serde_json::json!({
+                    "mode": "passive", "query": probe.text, "session_id": format!("bench-{c}"), "turn": i,
+                    "project_id": probe.project, "task_id": probe.task,
+                });
+                let request = hyper::Request::post(format!("{base}/v1/retrieve"))
+                    .header("content-type", "application/json")
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(Full::new(Bytes::from(body.to_string())))
+                    .expect("request");
+                let t = Instant::now();
+                match client.request(request).await {
+                    Ok(response) => {
+                        let ok = response.status().is_success();
+                        let _ = response.into_body().collect().await;
+                        if ok { latencies.push(ms(t)) } else { errors += 1 }
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let (mut latencies, mut errors) = (Vec::new(), 0);
+    for c in clients {
+        let (l, e) = c.await?;
+        latencies.extend(l);
+        errors += e;
+    }
+    let rss_mb = peak_rss_mb(server.id());
+    server.kill().await?;
+    let report = HttpReport {
+        rps: latencies.len() as f64 / args.http_seconds as f64,
+        p95_ms: Percentiles::of(&latencies).p95,
+        requests: latencies.len(),
+        errors,
+        concurrency: args.concurrency,
+    };
+    Ok((report, rss_mb))
+}
+
+fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
