@@ -154,3 +154,45 @@ async fn graph_expansion_adds_memories_sharing_an_entity_with_hop_decay(opts: Pg
     assert!((hits[1].score - hits[0].score * 0.5).abs() < 1e-12);
     assert!((hits[2].score - hits[0].score * 0.25).abs() < 1e-12);
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keyword_ranking_prefers_rare_terms_and_statistics_follow_writes(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // "deploy" is everywhere, "kestrel" in one memory: BM25 ranks the rare term's match first.
+    for i in 0..10 {
+        memory(org, &format!("deploy note {i} about the deploy pipeline")).embedding(axis(1)).insert(&db).await;
+    }
+    let rare = memory(org, "kestrel cluster handles the deploy").embedding(axis(1)).insert(&db).await;
+    let query = "deploy kestrel";
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+    let mut req = search(org, query, Strategy::Keyword);
+    req.max_results = 20;
+    let hits = r.search(req).await.unwrap().hits;
+    assert_eq!(hits.len(), 11);
+    assert_eq!(hits[0].memory.id, rare.id);
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+
+    let (docs, deploy): (i64, i64) = sqlx::query_as(
+        "SELECT c.doc_count, t.doc_count FROM memory_corpus_stats c JOIN memory_term_stats t \
+         ON t.organization_id = c.organization_id AND t.lexeme = 'deploy' WHERE c.organization_id = $1",
+    )
+    .bind(org)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!((docs, deploy), (11, 11));
+    sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND id = $2")
+        .bind(org)
+        .bind(rare.id)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let kestrel: i64 =
+        sqlx::query_scalar("SELECT doc_count FROM memory_term_stats WHERE organization_id = $1 AND lexeme = 'kestrel'")
+            .bind(org)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+    assert_eq!(kestrel, 0);
+}

@@ -62,7 +62,12 @@ pub async fn vector_branch(
     Ok(rows)
 }
 
-/// Full-text matches of `text` (any of its terms; quoted phrases and -exclusions honoured), best first.
+/// BM25's term-frequency saturation and length normalisation.
+const BM25_K1: f64 = 1.2;
+const BM25_B: f64 = 0.75;
+
+/// Full-text matches of `text` (any of its terms; quoted phrases and -exclusions honoured), ranked by BM25 with
+/// the organisation's term statistics; best first. `keyword_score` is BM25 / (1 + BM25), in [0, 1).
 pub async fn keyword_branch(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
@@ -72,20 +77,55 @@ pub async fn keyword_branch(
     query: Option<&Vector>,
     limit: usize,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut qb = QueryBuilder::new("");
-    select_head(&mut qb);
-    qb.push("1 - (m.embedding <=> ")
-        .push_bind(query.cloned())
-        .push(") AS cosine_sim, ts_rank_cd(m.content_tsv, q.query, 32)::float8 AS keyword_score FROM memory m, ")
+    let mut qb = QueryBuilder::new("WITH terms AS (SELECT DISTINCT u.lexeme FROM unnest(to_tsvector(");
+    qb.push_bind(text_search_config.to_string())
+        .push("::regconfig, ")
+        .push_bind(text.to_string())
+        .push(
+            ")) u), \
+             corpus AS (SELECT greatest(coalesce(max(doc_count), 1), 1)::float8 AS n, \
+                               greatest(coalesce(max(total_length), 1), 1)::float8 \
+                                 / greatest(coalesce(max(doc_count), 1), 1) AS avgdl \
+                        FROM memory_corpus_stats WHERE organization_id = ",
+        )
+        .push_bind(scope.organization_id)
+        .push(
+            "), \
+             weights AS (SELECT t.lexeme, ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) \
+                                                 / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
+                         FROM terms t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts \
+                           ON ts.organization_id = ",
+        )
+        .push_bind(scope.organization_id)
+        .push(" AND ts.lexeme = t.lexeme), ")
         // websearch syntax, but terms OR-ed: a turn's text rarely contains every word of a memory.
-        .push("(SELECT replace(websearch_to_tsquery(")
+        .push("query AS (SELECT replace(websearch_to_tsquery(")
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(")::text, ' & ', ' | ')::tsquery AS query) q WHERE ");
+        .push(")::text, ' & ', ' | ')::tsquery AS q), ");
+    qb.push(format!(
+        "scored AS (SELECT m.id, (SELECT sum(w.idf * cardinality(u.positions) * {k1p1} \
+                                     / (cardinality(u.positions) + {k1} * ({one_b} + {b} * length(m.content_tsv) / c.avgdl))) \
+                                  FROM unnest(m.content_tsv) u JOIN weights w ON w.lexeme = u.lexeme) AS bm25 \
+                    FROM memory m, query, corpus c WHERE ",
+        k1p1 = BM25_K1 + 1.0,
+        k1 = BM25_K1,
+        one_b = 1.0 - BM25_B,
+        b = BM25_B
+    ));
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" AND m.content_tsv @@ q.query ORDER BY keyword_score DESC, m.id LIMIT ").push_bind(limit as i64);
+    qb.push(" AND m.content_tsv @@ query.q ORDER BY bm25 DESC, m.id LIMIT ").push_bind(limit as i64).push(") ");
+    select_head(&mut qb);
+    qb.push("1 - (m.embedding <=> ")
+        .push_bind(query.cloned())
+        .push(
+            ") AS cosine_sim, (s.bm25 / (1 + s.bm25))::float8 AS keyword_score \
+             FROM scored s JOIN memory m ON m.organization_id = ",
+        )
+        .push_bind(scope.organization_id)
+        .push(" AND m.id = s.id ORDER BY s.bm25 DESC, m.id");
     qb.build_query_as().fetch_all(conn).await
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Every turn becomes a memory (`"<speaker>: <text>"`, created at the turn's time) of its conversation's group;
 //! every question becomes a query of that group, asked a day after the conversation's last turn, judged
-//! relevant to its evidence turns. Evidence ids are normalised: lists split on `;` and `,`, trailing `.` dropped,
+//! relevant to its evidence turns. Evidence ids are normalised: lists split on `;`, `,` and spaces, trailing `.` dropped,
 //! ranges (`D12:3-D12:5`, `D12:3-5`) expanded, and ids that name no turn discarded (the count is reported).
 //!
 //!     realtalk-to-beir --input ../shared/data/realtalk --output .local/realtalk-beir
@@ -85,7 +85,9 @@ fn main() -> anyhow::Result<()> {
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
-                .flat_map(|e| e.split([';', ',']).map(str::to_string).collect::<Vec<_>>())
+                .flat_map(|e| {
+                    e.split([';', ',', ' ']).filter(|p| !p.trim().is_empty()).map(str::to_string).collect::<Vec<_>>()
+                })
                 .flat_map(|e| expand(&e))
                 .collect();
             let valid: HashSet<&String> = evidence.iter().filter(|e| ids.contains(*e)).collect();
