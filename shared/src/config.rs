@@ -110,6 +110,8 @@ pub struct RetrievalConfig {
     pub weights: RankingWeights,
     /// Stage 1 candidate count (nearest neighbours and keyword matches, fused).
     pub candidate_limit: usize,
+    /// Rows each Stage 1 branch contributes (vector neighbours; keyword matches).
+    pub branch_depth: usize,
     /// Largest max_results a caller may ask for.
     pub max_results_cap: usize,
     /// Below this top score the taxonomy filter is dropped and the full candidate set re-ranked.
@@ -125,6 +127,7 @@ impl Default for RetrievalConfig {
         Self {
             weights: RankingWeights::default(),
             candidate_limit: 500,
+            branch_depth: 100,
             max_results_cap: 100,
             min_top_score: 0.35,
             cooldown_sessions: 10_000,
@@ -143,6 +146,7 @@ impl RetrievalConfig {
                 confidence: parsed_or("MEMORY_RANK_WEIGHT_CONFIDENCE", d.weights.confidence)?,
             },
             candidate_limit: parsed_or("MEMORY_CANDIDATE_LIMIT", d.candidate_limit)?,
+            branch_depth: parsed_or("MEMORY_BRANCH_DEPTH", d.branch_depth)?,
             max_results_cap: parsed_or("MEMORY_MAX_RESULTS_CAP", d.max_results_cap)?,
             min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
             cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,

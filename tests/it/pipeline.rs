@@ -236,7 +236,7 @@ async fn an_exact_identifier_is_found_by_the_keyword_branch_when_its_cosine_is_l
     let code = memory(org, "E4021 means the refresh token expired").embedding(axis(100)).insert(&db).await;
     let path = memory(org, "SSO callbacks live in src/auth/login.rs").embedding(axis(101)).insert(&db).await;
 
-    let config = RetrievalConfig { candidate_limit: 5, ..RetrievalConfig::default() };
+    let config = RetrievalConfig { branch_depth: 5, ..RetrievalConfig::default() };
     for (query, expected) in [("what does E4021 mean", code.id), ("who edits src/auth/login.rs", path.id)] {
         let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
         let r = Retriever::new(db.app.clone(), embedder, None, config.clone());

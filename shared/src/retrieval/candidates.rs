@@ -34,6 +34,9 @@ pub struct CandidateSet {
 
 /// Settings of the two branches.
 pub struct BranchSettings<'a> {
+    /// Rows per branch.
+    pub depth: usize,
+    /// Candidates kept after fusion.
     pub limit: usize,
     pub text_search_config: &'a str,
     pub statement_timeout_ms: u64,
@@ -55,9 +58,9 @@ pub async fn gather(
         Some(
             async {
                 let mut tx =
-                    store::begin_search(pool, scope.organization_id, settings.limit, settings.statement_timeout_ms)
+                    store::begin_search(pool, scope.organization_id, settings.depth, settings.statement_timeout_ms)
                         .await?;
-                let rows = store::candidates::vector_branch(&mut tx, scope, filters, q, settings.limit).await?;
+                let rows = store::candidates::vector_branch(&mut tx, scope, filters, q, settings.depth).await?;
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(rows)
             }
@@ -71,7 +74,7 @@ pub async fn gather(
         Some(
             async {
                 let mut tx =
-                    store::begin_search(pool, scope.organization_id, settings.limit, settings.statement_timeout_ms)
+                    store::begin_search(pool, scope.organization_id, settings.depth, settings.statement_timeout_ms)
                         .await?;
                 let rows = store::candidates::keyword_branch(
                     &mut tx,
@@ -80,7 +83,7 @@ pub async fn gather(
                     settings.text_search_config,
                     text,
                     query,
-                    settings.limit,
+                    settings.depth,
                 )
                 .await?;
                 tx.commit().await?;

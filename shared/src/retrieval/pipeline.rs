@@ -34,6 +34,7 @@ impl Retriever {
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let settings = BranchSettings {
+            depth: self.config.branch_depth,
             limit: self.config.candidate_limit,
             text_search_config: &self.text_search_config,
             statement_timeout_ms: self.statement_timeout_ms,

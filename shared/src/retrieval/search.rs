@@ -55,6 +55,7 @@ impl Retriever {
             // Degraded retrieval: without embeddings a vector search becomes a keyword search.
             let run_keyword = wants_keyword || query_vector.is_none();
             let settings = BranchSettings {
+                depth: self.config.branch_depth.max(request.max_results),
                 limit: self.config.candidate_limit.max(request.max_results),
                 text_search_config: &self.text_search_config,
                 statement_timeout_ms: self.statement_timeout_ms,

@@ -91,8 +91,8 @@ pub async fn keyword_branch(
         .push_bind(scope.organization_id)
         .push(
             "), \
-             weights AS (SELECT t.lexeme, ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) \
-                                                 / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
+             weights AS (SELECT t.lexeme, coalesce(ts.doc_count, 0) AS df, \
+                                ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
                          FROM terms t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts \
                            ON ts.organization_id = ",
         )
@@ -103,12 +103,21 @@ pub async fn keyword_branch(
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(")::text, ' & ', ' | ')::tsquery AS q), ");
+        .push(")::text, ' & ', ' | ')::tsquery AS q), ")
+        // Candidates must contain one of the query's selective terms (the three rarest, and any in at most 5% of
+        // the organisation's memories): documents matching only common words could not reach the top by BM25,
+        // and scoring them all is what makes full-text search slow on large tenants.
+        .push(
+            "focus AS (SELECT to_tsquery('simple', string_agg(quote_literal(w.lexeme), ' | ')) AS q \
+                       FROM (SELECT lexeme, df, row_number() OVER (ORDER BY idf DESC, lexeme) AS r FROM weights) w, \
+                            corpus c \
+                       WHERE w.r <= 3 OR w.df <= 0.05 * c.n), ",
+        );
     qb.push(format!(
         "scored AS (SELECT m.id, (SELECT sum(w.idf * cardinality(u.positions) * {k1p1} \
                                      / (cardinality(u.positions) + {k1} * ({one_b} + {b} * length(m.content_tsv) / c.avgdl))) \
                                   FROM unnest(m.content_tsv) u JOIN weights w ON w.lexeme = u.lexeme) AS bm25 \
-                    FROM memory m, query, corpus c WHERE ",
+                    FROM memory m, query, focus, corpus c WHERE ",
         k1p1 = BM25_K1 + 1.0,
         k1 = BM25_K1,
         one_b = 1.0 - BM25_B,
@@ -116,7 +125,9 @@ pub async fn keyword_branch(
     ));
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" AND m.content_tsv @@ query.q ORDER BY bm25 DESC, m.id LIMIT ").push_bind(limit as i64).push(") ");
+    qb.push(" AND m.content_tsv @@ query.q AND m.content_tsv @@ focus.q ORDER BY bm25 DESC, m.id LIMIT ")
+        .push_bind(limit as i64)
+        .push(") ");
     select_head(&mut qb);
     qb.push("1 - (m.embedding <=> ")
         .push_bind(query.cloned())

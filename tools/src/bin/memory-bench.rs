@@ -312,17 +312,17 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
             .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
             .await?;
         let query = Vector::from(probe.vector.clone());
-        let limit = config.candidate_limit;
+        let (depth, limit) = (config.branch_depth, config.candidate_limit);
 
         let t = Instant::now();
-        let mut tx = store::begin_search(&db.app, probe.organization, limit, 5000).await?;
+        let mut tx = store::begin_search(&db.app, probe.organization, depth, 5000).await?;
         let vector_rows =
-            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, limit).await?;
+            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, depth).await?;
         tx.commit().await?;
         let vector_ms = ms(t);
 
         let t = Instant::now();
-        let mut tx = store::begin_search(&db.app, probe.organization, limit, 5000).await?;
+        let mut tx = store::begin_search(&db.app, probe.organization, depth, 5000).await?;
         let keyword_rows = store::candidates::keyword_branch(
             &mut tx,
             &scope,
@@ -330,7 +330,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
             "memory_text",
             &probe.text,
             Some(&query),
-            limit,
+            depth,
         )
         .await?;
         tx.commit().await?;
