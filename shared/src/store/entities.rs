@@ -79,25 +79,6 @@ pub async fn active_mentioning(
     sqlx::query_as(&sql).bind(organization_id).bind(entity_id).fetch_all(executor).await
 }
 
-/// Entities mentioned by both memories.
-pub async fn shared_entities(
-    executor: impl PgExecutor<'_>,
-    organization_id: Uuid,
-    a: Uuid,
-    b: Uuid,
-) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
-        "SELECT x.entity_id FROM memory_entity_mention x JOIN memory_entity_mention y \
-             ON y.organization_id = x.organization_id AND y.entity_id = x.entity_id \
-         WHERE x.organization_id = $1 AND x.memory_id = $2 AND y.memory_id = $3 ORDER BY x.entity_id",
-    )
-    .bind(organization_id)
-    .bind(a)
-    .bind(b)
-    .fetch_all(executor)
-    .await
-}
-
 /// Points an entity at its current synthesised profile.
 pub async fn set_synthesis(
     executor: impl PgExecutor<'_>,

@@ -57,33 +57,6 @@ pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid
     qb.build_query_as().fetch_optional(conn).await
 }
 
-/// The readable memories among `ids`.
-pub async fn get_readable_many(
-    conn: &mut PgConnection,
-    scope: &ScopeFilter,
-    ids: &[Uuid],
-) -> sqlx::Result<Vec<Memory>> {
-    let mut qb = QueryBuilder::new(format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE "));
-    scope.push_sql(&mut qb);
-    qb.push(" AND m.id = ANY(").push_bind(ids.to_vec()).push(") ORDER BY m.id");
-    qb.build_query_as().fetch_all(conn).await
-}
-
-/// The stored embedding of a memory.
-pub async fn embedding(
-    executor: impl PgExecutor<'_>,
-    organization_id: Uuid,
-    id: Uuid,
-) -> sqlx::Result<Option<Vec<f32>>> {
-    let row: Option<Option<Vector>> =
-        sqlx::query_scalar("SELECT embedding FROM memory WHERE organization_id = $1 AND id = $2")
-            .bind(organization_id)
-            .bind(id)
-            .fetch_optional(executor)
-            .await?;
-    Ok(row.flatten().map(|v| v.to_vec()))
-}
-
 /// Marks `loser` superseded by `winner`.
 pub async fn supersede(
     executor: impl PgExecutor<'_>,
