@@ -25,9 +25,8 @@ pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result
     pool.begin_with(format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)")).await
 }
 
-/// Like [`begin_for_org`], also tuning the search: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows, generic plans for the (prepared, cached) branch queries so they are not re-planned on every
-/// call, and a statement timeout so one slow branch cannot hold a request.
+/// Like [`begin_for_org`], also tuning the ANN scan: iterative HNSW scans so a selective filter still yields
+/// `ef_search` rows, and a statement timeout so one slow branch cannot hold a request.
 pub async fn begin_search(
     pool: &PgPool,
     organization_id: Uuid,
@@ -38,7 +37,6 @@ pub async fn begin_search(
         "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
                 set_config('hnsw.iterative_scan', 'relaxed_order', true), \
                 set_config('hnsw.ef_search', '{}', true), \
-                set_config('plan_cache_mode', 'force_generic_plan', true), \
                 set_config('statement_timeout', '{statement_timeout_ms}', true)",
         ef_search.clamp(40, 1000)
     ))
