@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use integration_tests::{Db, FixedEmbedder, axis, memory, retriever, vector_with_similarity};
 use memory_core::{
-    domain::MemoryType,
+    domain::{MemoryType, Scope},
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
-    store::{self, SearchFilters},
+    store::{self, ScopeFilter, SearchFilters},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -195,4 +195,112 @@ async fn keyword_ranking_prefers_rare_terms_and_statistics_follow_writes(opts: P
             .await
             .unwrap();
     assert_eq!(kestrel, 0);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keyword_search_honours_phrases_and_exclusions(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let phrase = memory(org, "blue green deploy of the billing service").insert(&db).await;
+    memory(org, "green blue deploy of the billing service").insert(&db).await;
+    let rollback = memory(org, "rollback plan for the billing service").insert(&db).await;
+    memory(org, "canary rollback for the billing service").insert(&db).await;
+    let query = r#""blue green" rollback -canary"#;
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+    let hits = r.search(search(org, query, Strategy::Keyword)).await.unwrap().hits;
+    let mut found: Vec<Uuid> = hits.iter().map(|h| h.memory.id).collect();
+    found.sort();
+    let mut expected = vec![phrase.id, rollback.id];
+    expected.sort();
+    assert_eq!(found, expected);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let m = memory(org, "the kestrel cluster runs nightly").insert(&db).await;
+    let postings = |lexeme: &'static str| {
+        let admin = db.admin.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM memory_posting WHERE organization_id = $1 AND memory_id = $2 AND lexeme = $3",
+            )
+            .bind(org)
+            .bind(m.id)
+            .bind(lexeme)
+            .fetch_one(&admin)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!((postings("kestrel").await, postings("osprey").await), (1, 0));
+    let total = "SELECT count(*) FROM memory_posting WHERE organization_id = $1";
+    let before: i64 = sqlx::query_scalar(total).bind(org).fetch_one(&db.admin).await.unwrap();
+
+    sqlx::query("UPDATE memory SET confidence = 0.3 WHERE id = $1").bind(m.id).execute(&db.admin).await.unwrap();
+    let after: i64 = sqlx::query_scalar(total).bind(org).fetch_one(&db.admin).await.unwrap();
+    assert_eq!(after, before);
+
+    sqlx::query("UPDATE memory SET content = 'the osprey cluster runs nightly' WHERE id = $1")
+        .bind(m.id)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    assert_eq!((postings("kestrel").await, postings("osprey").await), (0, 1));
+    let r = retriever(&db, Arc::new(FixedEmbedder::default()), None);
+    let hits = r.search(search(org, "osprey", Strategy::Keyword)).await.unwrap().hits;
+    assert_eq!(hits.len(), 1);
+    assert!(r.search(search(org, "kestrel", Strategy::Keyword)).await.unwrap().hits.is_empty());
+
+    sqlx::query("DELETE FROM memory WHERE id = $1").bind(m.id).execute(&db.admin).await.unwrap();
+    let left: i64 = sqlx::query_scalar(total).bind(org).fetch_one(&db.admin).await.unwrap();
+    assert_eq!(left, 0);
+}
+
+/// The first keyword pass ranks only the best `4 × limit` memories before the scope filter; when the filter leaves
+/// fewer than `limit`, the exact pass must find the readable memories ranked below that cut.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let other_agent = Uuid::now_v7();
+    // Shorter memories score higher: 15 unreadable ones, then `near`, then 10 more unreadable, then `far`.
+    for _ in 0..15 {
+        memory(org, "zephyr").scope(Scope::AgentPrivate).agent(other_agent).insert(&db).await;
+    }
+    let near = memory(org, "zephyr alpha").insert(&db).await;
+    for _ in 0..10 {
+        memory(org, "zephyr beta gamma").scope(Scope::AgentPrivate).agent(other_agent).insert(&db).await;
+    }
+    let far = memory(org, "zephyr delta epsilon theta iota").insert(&db).await;
+
+    let scope = ScopeFilter {
+        organization_id: org,
+        read_scopes: vec![Scope::Org, Scope::AgentPrivate],
+        project_id: None,
+        task_id: None,
+        agent_id: Some(Uuid::now_v7()),
+        sensitivity_gate: false,
+        include_inactive: false,
+        any_project_or_task: false,
+    };
+    let mut tx = store::begin_search(&db.app, org, 5, 5_000).await.unwrap();
+    let rows = store::candidates::keyword_branch(
+        &mut tx,
+        &scope,
+        &SearchFilters::default(),
+        "memory_text",
+        "zephyr",
+        None,
+        5,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
+    assert_eq!(ids, vec![near.id, far.id]);
 }

@@ -14,7 +14,7 @@ pub struct CandidateRow {
     pub memory: Memory,
     /// 1 - cosine distance to the query embedding (absent when there is no query embedding).
     pub cosine_sim: Option<f64>,
-    /// ts_rank_cd normalised to [0, 1) (keyword branch only).
+    /// BM25 / (1 + BM25), in [0, 1) (keyword branch only).
     pub keyword_score: Option<f64>,
     /// Taxonomy nodes the memory is tagged with.
     pub taxonomy_node_ids: Vec<Uuid>,
@@ -66,8 +66,40 @@ pub async fn vector_branch(
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
 
-/// Full-text matches of `text` (any of its terms; quoted phrases and -exclusions honoured), ranked by BM25 with
-/// the organisation's term statistics; best first. `keyword_score` is BM25 / (1 + BM25), in [0, 1).
+/// How much work one pass of the keyword branch may do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct KeywordBounds {
+    /// Postings read per query term, highest impact first; a term in more memories than this is read partially
+    /// (its low idf keeps the lost contributions small). `None` reads every posting.
+    postings_per_term: Option<i64>,
+    /// Best-scoring memories kept before the scope and filters are applied; `None` keeps all.
+    ranked_before_filter: Option<i64>,
+}
+
+impl KeywordBounds {
+    const EXACT: Self = Self { postings_per_term: None, ranked_before_filter: None };
+    /// Bounds of the first pass. 2,000 postings per term is a few hundred microseconds of index-only scan.
+    fn bounded(limit: usize) -> Self {
+        Self { postings_per_term: Some(2_000), ranked_before_filter: Some(4 * limit as i64) }
+    }
+}
+
+#[derive(FromRow)]
+struct KeywordRow {
+    #[sqlx(flatten)]
+    candidate: CandidateRow,
+    /// Whether the pass's bounds cut anything off (a term had more postings, or more memories matched, than read).
+    truncated: bool,
+}
+
+/// Full-text matches of `text` (any of its terms and phrases; -exclusions honoured), ranked by BM25 with the
+/// organisation's term statistics, best first. `keyword_score` is BM25 / (1 + BM25), in [0, 1).
+///
+/// Scores come from `memory_posting` alone (index-only scans); only the best are joined to `memory` for the
+/// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds cut something off
+/// and it found fewer than `limit` rows, an exact pass reads everything. With metadata filters, which may reject
+/// most of a tenant, the exact pass runs directly.
+#[allow(clippy::too_many_arguments)]
 pub async fn keyword_branch(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
@@ -77,66 +109,83 @@ pub async fn keyword_branch(
     query: Option<&Vector>,
     limit: usize,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut qb = QueryBuilder::new("WITH terms AS (SELECT DISTINCT u.lexeme FROM unnest(to_tsvector(");
-    qb.push_bind(text_search_config.to_string())
-        .push("::regconfig, ")
-        .push_bind(text.to_string())
+    let mut bounds = if filters.is_empty() { KeywordBounds::bounded(limit) } else { KeywordBounds::EXACT };
+    loop {
+        let rows = keyword_pass(&mut *conn, scope, filters, text_search_config, text, query, limit, bounds).await?;
+        let complete = rows.len() >= limit || rows.first().is_some_and(|r| !r.truncated);
+        if complete || bounds == KeywordBounds::EXACT {
+            return Ok(rows.into_iter().map(|r| r.candidate).collect());
+        }
+        bounds = KeywordBounds::EXACT;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn keyword_pass(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text_search_config: &str,
+    text: &str,
+    query: Option<&Vector>,
+    limit: usize,
+    bounds: KeywordBounds,
+) -> sqlx::Result<Vec<KeywordRow>> {
+    let mut qb = QueryBuilder::new(
+        "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
+                         FROM memory_corpus_stats WHERE doc_count > 0 AND organization_id = ",
+    );
+    qb.push_bind(scope.organization_id)
         .push(
-            ")) u), \
-             corpus AS (SELECT greatest(coalesce(max(doc_count), 1), 1)::float8 AS n, \
-                               greatest(coalesce(max(total_length), 1), 1)::float8 \
-                                 / greatest(coalesce(max(doc_count), 1), 1) AS avgdl \
-                        FROM memory_corpus_stats WHERE organization_id = ",
+            "), weights AS (\
+                 SELECT t.lexeme, coalesce(ts.doc_count, 0) AS df, \
+                        ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
+                 FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector(",
         )
-        .push_bind(scope.organization_id)
-        .push(
-            "), \
-             weights AS (SELECT t.lexeme, coalesce(ts.doc_count, 0) AS df, \
-                                ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
-                         FROM terms t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts \
-                           ON ts.organization_id = ",
-        )
-        .push_bind(scope.organization_id)
-        .push(" AND ts.lexeme = t.lexeme), ")
-        // websearch syntax, but terms OR-ed: a turn's text rarely contains every word of a memory.
-        .push("query AS (SELECT replace(websearch_to_tsquery(")
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(")::text, ' & ', ' | ')::tsquery AS q), ")
-        // Candidates must contain one of the query's selective terms (the three rarest, and any in at most 5% of
-        // the organisation's memories): documents matching only common words could not reach the top by BM25,
-        // and scoring them all is what makes full-text search slow on large tenants.
-        .push(
-            "focus AS (SELECT to_tsquery('simple', string_agg(quote_literal(w.lexeme), ' | ')) AS q \
-                       FROM (SELECT lexeme, df, row_number() OVER (ORDER BY idf DESC, lexeme) AS r FROM weights) w, \
-                            corpus c \
-                       WHERE w.r <= 3 OR w.df <= 0.05 * c.n), ",
-        );
+        .push(")) ) t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts ON ts.organization_id = ")
+        .push_bind(scope.organization_id)
+        .push(" AND ts.lexeme = t.lexeme), ");
     qb.push(format!(
-        "scored AS (SELECT m.id, (SELECT sum(w.idf * cardinality(u.positions) * {k1p1} \
-                                     / (cardinality(u.positions) + {k1} * ({one_b} + {b} * length(m.content_tsv) / c.avgdl))) \
-                                  FROM unnest(m.content_tsv) u JOIN weights w ON w.lexeme = u.lexeme) AS bm25 \
-                    FROM memory m, query, focus, corpus c WHERE ",
+        "ranked AS (\
+             SELECT p.memory_id, \
+                    sum(w.idf * p.tf * {k1p1} / (p.tf + {k1} * ({one_b} + {b} * p.doc_length / c.avgdl))) AS bm25 \
+                    FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
+                        SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
         k1p1 = BM25_K1 + 1.0,
         k1 = BM25_K1,
         one_b = 1.0 - BM25_B,
         b = BM25_B
     ));
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
-    qb.push(" AND m.content_tsv @@ query.q AND m.content_tsv @@ focus.q ORDER BY bm25 DESC, m.id LIMIT ")
-        .push_bind(limit as i64)
+    qb.push_bind(scope.organization_id)
+        .push(" AND p.lexeme = w.lexeme ORDER BY p.tf DESC, p.doc_length, p.memory_id LIMIT ")
+        .push_bind(bounds.postings_per_term)
+        .push(") p GROUP BY p.memory_id ORDER BY bm25 DESC, p.memory_id LIMIT ")
+        .push_bind(bounds.ranked_before_filter)
         .push(") ");
     select_head(&mut qb);
+    qb.push("coalesce((SELECT max(df) FROM weights) > ")
+        .push_bind(bounds.postings_per_term)
+        .push(" OR (SELECT count(*) FROM ranked) >= ")
+        .push_bind(bounds.ranked_before_filter)
+        .push(", false) AS truncated, ");
     qb.push("1 - (m.embedding <=> ")
         .push_bind(query.cloned())
         .push(
-            ") AS cosine_sim, (s.bm25 / (1 + s.bm25))::float8 AS keyword_score \
-             FROM scored s JOIN memory m ON m.organization_id = ",
+            ") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score \
+             FROM ranked r JOIN memory m ON m.organization_id = ",
         )
         .push_bind(scope.organization_id)
-        .push(" AND m.id = s.id ORDER BY s.bm25 DESC, m.id");
+        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ memory_keyword_tsquery(")
+        .push_bind(text_search_config.to_string())
+        .push("::regconfig, ")
+        .push_bind(text.to_string())
+        .push(") AND ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(limit as i64);
     qb.build_query_as().fetch_all(conn).await
 }
 

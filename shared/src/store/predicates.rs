@@ -115,6 +115,11 @@ pub struct SearchFilters {
 }
 
 impl SearchFilters {
+    /// Whether no filter is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// Appends ` AND ...` for every filter that is set.
     pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
         if let Some(v) = self.project_id {

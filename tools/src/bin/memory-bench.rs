@@ -261,14 +261,14 @@ fn machine() -> String {
 /// HTTP clients step through the probes with this stride so they send different queries.
 const STRIDE: usize = 97;
 
-/// The ANN, full-text and tag indexes: dropped for the load and rebuilt after it, as defined by the migrations.
-const BULK_INDEXES: [&str; 3] = ["memory_embedding_hnsw", "memory_content_tsv", "memory_tags"];
+/// The ANN, keyword-impact and tag indexes: dropped for the load and rebuilt after it, as the migrations define them.
+const BULK_INDEXES: [&str; 3] = ["memory_embedding_hnsw", "memory_posting_impact", "memory_tags"];
 
 async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
     eprintln!("== {size} memories");
     let db = scratch::recreate("memory_bench", 8).await?;
     let definitions: Vec<(String, String)> = sqlx::query_as(
-        "SELECT indexname::text, indexdef FROM pg_indexes WHERE tablename = 'memory' AND indexname = ANY($1)",
+        "SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)",
     )
     .bind(BULK_INDEXES.to_vec())
     .fetch_all(&db.admin)
