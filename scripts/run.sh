@@ -23,6 +23,7 @@ start)
     build
     admin migrate
     admin seed-demo
+    admin ann-indexes
     if server_running; then
         echo "[run] retrieve API already running (pid $(cat "$PID_FILE"))"
     else

@@ -289,18 +289,63 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         any_project_or_task: false,
     };
     let mut tx = store::begin_search(&db.app, org, 5, 5_000).await.unwrap();
-    let rows = store::candidates::keyword_branch(
-        &mut tx,
-        &scope,
-        &SearchFilters::default(),
-        "memory_text",
-        "zephyr",
-        None,
-        5,
-    )
-    .await
-    .unwrap();
+    let rows =
+        store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), "memory_text", "zephyr", None, 5)
+            .await
+            .unwrap();
     tx.commit().await.unwrap();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let (large, small) = (Uuid::now_v7(), Uuid::now_v7());
+    for i in 0..12 {
+        memory(large, &format!("large tenant note {i}"))
+            .embedding(vector_with_similarity(0.9, 20 + i))
+            .insert(&db)
+            .await;
+    }
+    for i in 0..3 {
+        memory(small, &format!("small tenant note {i}")).embedding(axis(i)).insert(&db).await;
+    }
+    let changes = store::ann::reconcile(&db.admin, 10).await.unwrap();
+    assert_eq!((changes.created, changes.dropped, changes.kept), (vec![large], vec![], 0));
+    assert_eq!(store::ann::indexed_tenants(&db.admin).await.unwrap(), vec![large]);
+    let definition: String = sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
+        .bind(store::ann::index_name(large))
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    assert!(definition.contains("hnsw") && definition.contains(&format!("organization_id = '{large}'::uuid")));
+
+    // The planner takes the tenant's index for its ANN query once the shared one is out of reach.
+    let mut tx = store::begin_search(&db.admin, large, 10, 5_000).await.unwrap();
+    sqlx::query("SET LOCAL enable_seqscan = off").execute(&mut *tx).await.unwrap();
+    sqlx::query("SET LOCAL enable_bitmapscan = off").execute(&mut *tx).await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT id FROM memory WHERE organization_id = $1 ORDER BY embedding <=> $2 LIMIT 5",
+    )
+    .bind(large)
+    .bind(pgvector::Vector::from(axis(0)))
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(plan.iter().any(|l| l.contains(&store::ann::index_name(large))), "{plan:#?}");
+
+    assert_eq!(store::ann::reconcile(&db.admin, 10).await.unwrap().kept, 1);
+    sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND content <> 'large tenant note 0'")
+        .bind(large)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    let changes = store::ann::reconcile(&db.admin, 10).await.unwrap();
+    assert_eq!(changes.dropped, vec![large]);
+    assert!(store::ann::indexed_tenants(&db.admin).await.unwrap().is_empty());
 }

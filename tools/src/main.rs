@@ -20,6 +20,12 @@ struct Cli {
 enum Command {
     /// Apply pending migrations (connects as MEMORY_ADMIN_DATABASE_URL, the schema owner).
     Migrate,
+    /// Give every tenant with at least --min-memories memories its own ANN index (and drop those of tenants
+    /// that shrank below half of it). Run after migrations and periodically; safe to repeat.
+    AnnIndexes {
+        #[arg(long, default_value_t = store::ann::DEFAULT_MIN_MEMORIES)]
+        min_memories: i64,
+    },
     /// Load the demo corpus (two organisations) unless it is already there.
     SeedDemo,
     /// Print a local HS256 token signed with MEMORY_JWT_SECRET.
@@ -45,6 +51,15 @@ async fn main() -> anyhow::Result<()> {
             let pool = admin_pool()?;
             store::MIGRATOR.run(&pool).await?;
             println!("migrations applied");
+        }
+        Command::AnnIndexes { min_memories } => {
+            let changes = store::ann::reconcile(&admin_pool()?, min_memories).await?;
+            println!(
+                "tenant ANN indexes: {} created, {} dropped, {} kept",
+                changes.created.len(),
+                changes.dropped.len(),
+                changes.kept
+            );
         }
         Command::SeedDemo => {
             let pool = admin_pool()?;

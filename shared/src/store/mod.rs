@@ -2,6 +2,7 @@
 //! transaction; every tenant transaction starts with [`begin_for_org`], which RLS needs to see any row.
 
 pub mod agents;
+pub mod ann;
 pub mod candidates;
 pub mod contradiction;
 pub mod dedup;
@@ -25,8 +26,10 @@ pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result
     pool.begin_with(format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)")).await
 }
 
-/// Like [`begin_for_org`], also tuning the ANN scan: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows, and a statement timeout so one slow branch cannot hold a request.
+/// Like [`begin_for_org`], also tuning the search: iterative HNSW scans so a selective filter still yields
+/// `ef_search` rows; custom plans only, because the right plan depends on the organisation (its own ANN index,
+/// see [`ann`], or an exact scan of a small tenant) and a cached generic plan cannot know it; and a statement
+/// timeout so one slow branch cannot hold a request.
 pub async fn begin_search(
     pool: &PgPool,
     organization_id: Uuid,
@@ -37,6 +40,7 @@ pub async fn begin_search(
         "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
                 set_config('hnsw.iterative_scan', 'relaxed_order', true), \
                 set_config('hnsw.ef_search', '{}', true), \
+                set_config('plan_cache_mode', 'force_custom_plan', true), \
                 set_config('statement_timeout', '{statement_timeout_ms}', true)",
         ef_search.clamp(40, 1000)
     ))

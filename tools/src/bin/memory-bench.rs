@@ -79,6 +79,8 @@ struct SizeReport {
     filtered_recall_at_10: f64,
     load_s: f64,
     index_s: f64,
+    /// Tenants given their own ANN index (`memory-admin ann-indexes`).
+    tenant_indexes: usize,
 }
 
 #[derive(Serialize, Default)]
@@ -222,7 +224,7 @@ async fn main() -> anyhow::Result<()> {
 fn print_row(r: &SizeReport) {
     println!(
         "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
-         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3} | load {:.0} s, index {:.0} s",
+         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
         r.memories,
         r.vector_ms.p50,
         r.vector_ms.p95,
@@ -243,6 +245,7 @@ fn print_row(r: &SizeReport) {
         r.filtered_recall_at_10,
         r.load_s,
         r.index_s,
+        r.tenant_indexes,
     );
 }
 
@@ -267,12 +270,11 @@ const BULK_INDEXES: [&str; 3] = ["memory_embedding_hnsw", "memory_posting_impact
 async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
     eprintln!("== {size} memories");
     let db = scratch::recreate("memory_bench", 8).await?;
-    let definitions: Vec<(String, String)> = sqlx::query_as(
-        "SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)",
-    )
-    .bind(BULK_INDEXES.to_vec())
-    .fetch_all(&db.admin)
-    .await?;
+    let definitions: Vec<(String, String)> =
+        sqlx::query_as("SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)")
+            .bind(BULK_INDEXES.to_vec())
+            .fetch_all(&db.admin)
+            .await?;
     for (name, _) in &definitions {
         db.admin.execute(format!("DROP INDEX {name}").as_str()).await?;
     }
@@ -295,8 +297,10 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     }
     conn.execute("VACUUM ANALYZE").await?;
     drop(conn);
+    let tenant_indexes = store::ann::reconcile(&db.admin, store::ann::DEFAULT_MIN_MEMORIES).await?.created.len();
+    db.admin.execute("ANALYZE memory").await?;
     let index_s = started.elapsed().as_secs_f64();
-    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s");
+    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s ({tenant_indexes} tenant ANN indexes)");
 
     let warmup = 50;
     let probes = probes(&corpus, args.queries + warmup, args.seed + size as u64, None);
@@ -388,6 +392,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         filtered_recall_at_10,
         load_s,
         index_s,
+        tenant_indexes,
     };
     Ok((report, db, corpus))
 }

@@ -1,0 +1,78 @@
+//! Per-tenant ANN indexes. A tenant's filter is selective on the shared HNSW index (a tenant with 5% of the rows
+//! makes an iterative scan visit ~20 tuples per result, each checked against the heap), so every tenant above a
+//! size threshold gets a partial HNSW index of its own rows; the planner prefers it because it is smaller.
+//! Tenants below the threshold are searched exactly (the planner sorts their rows), which is faster for them.
+//! Index DDL needs the schema owner and runs outside a transaction (CONCURRENTLY), so this is an operator's job:
+//! `memory-admin ann-indexes`.
+
+use sqlx::{Executor, PgPool};
+use uuid::Uuid;
+
+/// Tenants with at least this many memories get their own index by default: below it an exact scan of the
+/// tenant's rows takes a few milliseconds.
+pub const DEFAULT_MIN_MEMORIES: i64 = 2_000;
+
+/// What a reconciliation did.
+#[derive(Debug, Default, PartialEq)]
+pub struct AnnIndexChanges {
+    pub created: Vec<Uuid>,
+    pub dropped: Vec<Uuid>,
+    pub kept: usize,
+}
+
+/// The name of a tenant's index: derived from the organisation id alone, so it is never caller text.
+pub fn index_name(organization_id: Uuid) -> String {
+    format!("memory_ann_{}", organization_id.simple())
+}
+
+/// Organisations that have a tenant index now.
+pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'memory' AND indexname LIKE 'memory\\_ann\\_%'",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(names.iter().filter_map(|n| Uuid::try_parse(n.trim_start_matches("memory_ann_")).ok()).collect())
+}
+
+/// Creates the missing indexes of tenants with at least `min_memories` memories and drops those of tenants that
+/// fell below half of it (the gap keeps a tenant near the threshold from flapping). Idempotent. Needs the
+/// operator's pool: the schema owner with BYPASSRLS (or a superuser), as it reads every tenant's row count.
+pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnIndexChanges> {
+    let counts: Vec<(Uuid, i64)> =
+        sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_stats").fetch_all(pool).await?;
+    let existing = indexed_tenants(pool).await?;
+    let mut changes = AnnIndexChanges::default();
+    for (org, count) in &counts {
+        let has = existing.contains(org);
+        if !has && *count >= min_memories {
+            create(pool, *org).await?;
+            changes.created.push(*org);
+        } else if has && *count < min_memories / 2 {
+            drop(pool, *org).await?;
+            changes.dropped.push(*org);
+        } else if has {
+            changes.kept += 1;
+        }
+    }
+    for org in existing.iter().filter(|o| !counts.iter().any(|(c, _)| c == *o)) {
+        drop(pool, *org).await?;
+        changes.dropped.push(*org);
+    }
+    Ok(changes)
+}
+
+async fn create(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    // Same operator class and parameters as the shared index (migrations/0004).
+    let sql = format!(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memory USING hnsw (embedding vector_cosine_ops) \
+         WITH (m = 16, ef_construction = 64) WHERE organization_id = '{organization_id}'",
+        index_name(organization_id)
+    );
+    pool.execute(sql.as_str()).await.map(|_| ())
+}
+
+async fn drop(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    let sql = format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(organization_id));
+    pool.execute(sql.as_str()).await.map(|_| ())
+}
