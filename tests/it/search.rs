@@ -288,7 +288,7 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         include_inactive: false,
         any_project_or_task: false,
     };
-    let mut tx = store::begin_search(&db.app, org, 5, 5_000).await.unwrap();
+    let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
     let rows =
         store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), "memory_text", "zephyr", None, 5)
             .await
@@ -325,7 +325,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     assert!(definition.contains("hnsw") && definition.contains(&format!("organization_id = '{large}'::uuid")));
 
     // The planner takes the tenant's index for its ANN query once the shared one is out of reach.
-    let mut tx = store::begin_search(&db.admin, large, 10, 5_000).await.unwrap();
+    let mut tx = store::begin_vector_search(&db.admin, large, 10, 5_000).await.unwrap();
     sqlx::query("SET LOCAL enable_seqscan = off").execute(&mut *tx).await.unwrap();
     sqlx::query("SET LOCAL enable_bitmapscan = off").execute(&mut *tx).await.unwrap();
     let plan: Vec<String> = sqlx::query_scalar(

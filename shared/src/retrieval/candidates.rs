@@ -57,9 +57,13 @@ pub async fn gather(
         let (Some(q), true) = (query, settings.run_vector) else { return None };
         Some(
             async {
-                let mut tx =
-                    store::begin_search(pool, scope.organization_id, settings.depth, settings.statement_timeout_ms)
-                        .await?;
+                let mut tx = store::begin_vector_search(
+                    pool,
+                    scope.organization_id,
+                    settings.depth,
+                    settings.statement_timeout_ms,
+                )
+                .await?;
                 let rows = store::candidates::vector_branch(&mut tx, scope, filters, q, settings.depth).await?;
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(rows)
@@ -74,8 +78,7 @@ pub async fn gather(
         Some(
             async {
                 let mut tx =
-                    store::begin_search(pool, scope.organization_id, settings.depth, settings.statement_timeout_ms)
-                        .await?;
+                    store::begin_keyword_search(pool, scope.organization_id, settings.statement_timeout_ms).await?;
                 let rows = store::candidates::keyword_branch(
                     &mut tx,
                     scope,

@@ -147,11 +147,18 @@ async fn keyword_pass(
         .push_bind(text.to_string())
         .push(")) ) t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts ON ts.organization_id = ")
         .push_bind(scope.organization_id)
-        .push(" AND ts.lexeme = t.lexeme), ");
+        .push(" AND ts.lexeme = t.lexeme), ")
+        // Materialised: computed once, not for every joined row.
+        .push("query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
+        .push_bind(text_search_config.to_string())
+        .push("::regconfig, ")
+        .push_bind(text.to_string())
+        .push(") AS q), ");
     qb.push(format!(
         "ranked AS (\
              SELECT p.memory_id, \
-                    sum(w.idf * p.tf * {k1p1} / (p.tf + {k1} * ({one_b} + {b} * p.doc_length / c.avgdl))) AS bm25 \
+                    sum(w.idf * p.tf * {k1p1}::float8 \
+                        / (p.tf + {k1}::float8 * ({one_b}::float8 + {b}::float8 * p.doc_length / c.avgdl))) AS bm25 \
                     FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
                         SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
         k1p1 = BM25_K1 + 1.0,
@@ -175,14 +182,10 @@ async fn keyword_pass(
         .push_bind(query.cloned())
         .push(
             ") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score \
-             FROM ranked r JOIN memory m ON m.organization_id = ",
+             FROM ranked r CROSS JOIN query JOIN memory m ON m.organization_id = ",
         )
         .push_bind(scope.organization_id)
-        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ memory_keyword_tsquery(")
-        .push_bind(text_search_config.to_string())
-        .push("::regconfig, ")
-        .push_bind(text.to_string())
-        .push(") AND ");
+        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
     qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(limit as i64);

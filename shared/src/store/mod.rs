@@ -26,11 +26,11 @@ pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result
     pool.begin_with(format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)")).await
 }
 
-/// Like [`begin_for_org`], also tuning the search: iterative HNSW scans so a selective filter still yields
+/// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
 /// `ef_search` rows; custom plans only, because the right plan depends on the organisation (its own ANN index,
 /// see [`ann`], or an exact scan of a small tenant) and a cached generic plan cannot know it; and a statement
 /// timeout so one slow branch cannot hold a request.
-pub async fn begin_search(
+pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
     ef_search: usize,
@@ -43,6 +43,22 @@ pub async fn begin_search(
                 set_config('plan_cache_mode', 'force_custom_plan', true), \
                 set_config('statement_timeout', '{statement_timeout_ms}', true)",
         ef_search.clamp(40, 1000)
+    ))
+    .await
+}
+
+/// Like [`begin_for_org`], for the keyword branch: its plan is the same for every tenant (index scans on keys
+/// that lead with the organisation), so the cached generic plan is used and planning, which costs more than
+/// executing for this query, is skipped; and a statement timeout.
+pub async fn begin_keyword_search(
+    pool: &PgPool,
+    organization_id: Uuid,
+    statement_timeout_ms: u64,
+) -> sqlx::Result<Transaction<'static, Postgres>> {
+    pool.begin_with(format!(
+        "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
+                set_config('plan_cache_mode', 'force_generic_plan', true), \
+                set_config('statement_timeout', '{statement_timeout_ms}', true)"
     ))
     .await
 }

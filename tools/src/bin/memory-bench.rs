@@ -319,14 +319,14 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         let (depth, limit) = (config.branch_depth, config.candidate_limit);
 
         let t = Instant::now();
-        let mut tx = store::begin_search(&db.app, probe.organization, depth, 5000).await?;
+        let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
         let vector_rows =
             store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, depth).await?;
         tx.commit().await?;
         let vector_ms = ms(t);
 
         let t = Instant::now();
-        let mut tx = store::begin_search(&db.app, probe.organization, depth, 5000).await?;
+        let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
         let keyword_rows = store::candidates::keyword_branch(
             &mut tx,
             &scope,
@@ -399,7 +399,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
 
 /// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
 async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
-    let mut tx = store::begin_search(pool, scope.organization_id, k, 5000).await?;
+    let mut tx = store::begin_vector_search(pool, scope.organization_id, k, 5000).await?;
     let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
@@ -419,7 +419,7 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), false)
             .await?;
         let query = Vector::from(probe.vector.clone());
-        let mut tx = store::begin_search(pool, org.id, 10, 30_000).await?;
+        let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
         let approximate: Vec<Uuid> =
             store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, 10)
                 .await?
