@@ -70,6 +70,14 @@ CREATE FUNCTION memory_keyword_tsquery(config regconfig, query text) RETURNS tsq
     WHERE part <> ''
 $$;
 
+-- The lexemes a keyword query scores with: those of its terms and phrases, not of its -exclusions.
+CREATE FUNCTION memory_keyword_terms(config regconfig, query text) RETURNS SETOF text LANGUAGE sql STABLE AS $$
+    SELECT DISTINCT replace(m[1], '''''', '''')
+    FROM regexp_split_to_table(websearch_to_tsquery(config, query)::text, ' [&|] ') AS part,
+         regexp_matches(part, '''((?:[^'']|'''')*)''', 'g') AS m
+    WHERE left(part, 1) <> '!'
+$$;
+
 -- The keyword branch no longer searches the tsvector index (it only re-checks phrases and exclusions on the few
 -- memories it ranks), so the index is not worth its write cost.
 DROP INDEX memory_content_tsv;

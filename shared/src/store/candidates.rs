@@ -120,6 +120,22 @@ pub async fn keyword_branch(
     }
 }
 
+/// [`keyword_branch`] without bounds: exact BM25 over every posting (what the benchmark measures the bounded pass
+/// against).
+#[allow(clippy::too_many_arguments)]
+pub async fn keyword_branch_exact(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text_search_config: &str,
+    text: &str,
+    query: Option<&Vector>,
+    limit: usize,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let rows = keyword_pass(conn, scope, filters, text_search_config, text, query, limit, KeywordBounds::EXACT).await?;
+    Ok(rows.into_iter().map(|r| r.candidate).collect())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn keyword_pass(
     conn: &mut PgConnection,
@@ -137,17 +153,25 @@ async fn keyword_pass(
     );
     qb.push_bind(scope.organization_id)
         .push(
-            "), weights AS (\
+            "), terms AS (\
                  SELECT t.lexeme, coalesce(ts.doc_count, 0) AS df, \
-                        ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf \
-                 FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector(",
+                        ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf, \
+                        c.n \
+                 FROM memory_keyword_terms(",
         )
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(")) ) t CROSS JOIN corpus c LEFT JOIN memory_term_stats ts ON ts.organization_id = ")
+        .push(") AS t(lexeme) CROSS JOIN corpus c LEFT JOIN memory_term_stats ts ON ts.organization_id = ")
         .push_bind(scope.organization_id)
         .push(" AND ts.lexeme = t.lexeme), ")
+        // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
+        // organisation): matches on common words alone fill the list with noise that fusion then rewards.
+        .push(
+            "weights AS (SELECT lexeme, df, idf, \
+                                row_number() OVER (ORDER BY idf DESC, lexeme) <= 3 OR df <= 0.05 * n AS selective \
+                         FROM terms), ",
+        )
         // Materialised: computed once, not for every joined row.
         .push("query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
         .push_bind(text_search_config.to_string())
@@ -169,7 +193,7 @@ async fn keyword_pass(
     qb.push_bind(scope.organization_id)
         .push(" AND p.lexeme = w.lexeme ORDER BY p.tf DESC, p.doc_length, p.memory_id LIMIT ")
         .push_bind(bounds.postings_per_term)
-        .push(") p GROUP BY p.memory_id ORDER BY bm25 DESC, p.memory_id LIMIT ")
+        .push(") p GROUP BY p.memory_id HAVING bool_or(w.selective) ORDER BY bm25 DESC, p.memory_id LIMIT ")
         .push_bind(bounds.ranked_before_filter)
         .push(") ");
     select_head(&mut qb);

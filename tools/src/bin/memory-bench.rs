@@ -77,6 +77,9 @@ struct SizeReport {
     baseline_ms: Percentiles,
     ratio_p95: f64,
     filtered_recall_at_10: f64,
+    /// Overlap of the keyword branch's top 10 with exact BM25's, on the largest tenant (the one the per-term
+    /// posting cap affects most).
+    keyword_recall_at_10: f64,
     load_s: f64,
     index_s: f64,
     /// Tenants given their own ANN index (`memory-admin ann-indexes`).
@@ -224,7 +227,7 @@ async fn main() -> anyhow::Result<()> {
 fn print_row(r: &SizeReport) {
     println!(
         "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
-         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
+         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
         r.memories,
         r.vector_ms.p50,
         r.vector_ms.p95,
@@ -243,6 +246,7 @@ fn print_row(r: &SizeReport) {
         r.baseline_ms.p99,
         r.ratio_p95,
         r.filtered_recall_at_10,
+        r.keyword_recall_at_10,
         r.load_s,
         r.index_s,
         r.tenant_indexes,
@@ -380,6 +384,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     bar.finish_and_clear();
 
     let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;
+    let keyword_recall_at_10 = keyword_recall(&db.app, &retriever, &corpus, args.seed).await?;
     let (e2e_ms, baseline_ms) = (Percentiles::of(&e2e), Percentiles::of(&baseline));
     let report = SizeReport {
         memories: size,
@@ -390,6 +395,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         e2e_ms,
         baseline_ms,
         filtered_recall_at_10,
+        keyword_recall_at_10,
         load_s,
         index_s,
         tenant_indexes,
@@ -435,6 +441,39 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
         hits += approximate.iter().filter(|id| exact.contains(id)).count();
     }
     Ok(hits as f64 / (probes.len() * 10) as f64)
+}
+
+/// Recall@10 of the keyword branch (run at the pipeline's depth) against exact BM25, for the largest tenant.
+async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, seed: u64) -> anyhow::Result<f64> {
+    let org = corpus.organizations.iter().max_by_key(|o| o.memories).context("no organisation")?;
+    let probes = probes(corpus, 200, seed + 77, Some(org));
+    let (mut hits, mut expected) = (0usize, 0usize);
+    for probe in &probes {
+        let scope = retriever
+            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
+            .await?;
+        let filters = SearchFilters::default();
+        let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
+        let ids =
+            |rows: Vec<store::candidates::CandidateRow>| rows.into_iter().map(|r| r.memory.id).collect::<Vec<_>>();
+        let bounded =
+            ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, "memory_text", &probe.text, None, 10)
+                .await?);
+        let exact = ids(store::candidates::keyword_branch_exact(
+            &mut tx,
+            &scope,
+            &filters,
+            "memory_text",
+            &probe.text,
+            None,
+            10,
+        )
+        .await?);
+        tx.commit().await?;
+        hits += bounded.iter().filter(|id| exact.contains(id)).count();
+        expected += exact.len();
+    }
+    Ok(if expected == 0 { 1.0 } else { hits as f64 / expected as f64 })
 }
 
 async fn embed_latency(args: &Args) -> anyhow::Result<Percentiles> {
