@@ -63,6 +63,9 @@ struct Args {
     concurrency: usize,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Reuse a scratch database already holding this size's corpus (same seed) instead of loading it again.
+    #[arg(long)]
+    reuse: bool,
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
 }
@@ -273,38 +276,21 @@ const BULK_INDEXES: [&str; 3] = ["memory_embedding_hnsw", "memory_posting_impact
 
 async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
     eprintln!("== {size} memories");
-    let db = scratch::recreate("memory_bench", 8).await?;
-    let definitions: Vec<(String, String)> =
-        sqlx::query_as("SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)")
-            .bind(BULK_INDEXES.to_vec())
-            .fetch_all(&db.admin)
-            .await?;
-    for (name, _) in &definitions {
-        db.admin.execute(format!("DROP INDEX {name}").as_str()).await?;
-    }
-
     let corpus = Corpus::plan(size, args.seed);
-    let bar = ProgressBar::new(size as u64)
-        .with_style(ProgressStyle::with_template("loading {bar:40} {pos}/{len} {per_sec} eta {eta}").unwrap());
-    let started = Instant::now();
-    corpus.load(&db.admin, |n| bar.set_position(n as u64)).await?;
-    bar.finish_and_clear();
-    let load_s = started.elapsed().as_secs_f64();
-
-    let started = Instant::now();
-    let mut conn = db.admin.acquire().await?;
-    conn.execute("SET maintenance_work_mem = '6GB'").await?;
-    conn.execute("SET max_parallel_maintenance_workers = 1").await?;
-    for (name, definition) in &definitions {
-        eprintln!("building {name}");
-        conn.execute(definition.as_str()).await?;
-    }
-    conn.execute("VACUUM ANALYZE").await?;
-    drop(conn);
-    let tenant_indexes = store::ann::reconcile(&db.admin, store::ann::DEFAULT_MIN_MEMORIES).await?.created.len();
-    db.admin.execute("ANALYZE memory").await?;
-    let index_s = started.elapsed().as_secs_f64();
-    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s ({tenant_indexes} tenant ANN indexes)");
+    let name = format!("memory_bench_{size}");
+    let marker = format!("synthetic corpus: {size} memories, seed {}", args.seed);
+    let (db, load_s, index_s, tenant_indexes) =
+        if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
+            eprintln!("reusing {name}");
+            let db = scratch::open(&name, 8).await?;
+            let tenant_indexes = store::ann::indexed_tenants(&db.admin).await?.len();
+            (db, 0.0, 0.0, tenant_indexes)
+        } else {
+            let db = scratch::recreate(&name, 8).await?;
+            let (load_s, index_s, tenant_indexes) = load(&db, &corpus).await?;
+            db.admin.execute(format!("COMMENT ON DATABASE {name} IS '{marker}'").as_str()).await?;
+            (db, load_s, index_s, tenant_indexes)
+        };
 
     let warmup = 50;
     let probes = probes(&corpus, args.queries + warmup, args.seed + size as u64, None);
@@ -401,6 +387,43 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         tenant_indexes,
     };
     Ok((report, db, corpus))
+}
+
+/// COPY-loads the corpus with the bulk indexes dropped, rebuilds them and gives large tenants their ANN index;
+/// returns the seconds spent loading and indexing, and the number of tenant indexes.
+async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f64, usize)> {
+    let definitions: Vec<(String, String)> =
+        sqlx::query_as("SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)")
+            .bind(BULK_INDEXES.to_vec())
+            .fetch_all(&db.admin)
+            .await?;
+    for (name, _) in &definitions {
+        db.admin.execute(format!("DROP INDEX {name}").as_str()).await?;
+    }
+
+    let bar = ProgressBar::new(corpus.total() as u64)
+        .with_style(ProgressStyle::with_template("loading {bar:40} {pos}/{len} {per_sec} eta {eta}").unwrap());
+    let started = Instant::now();
+    corpus.load(&db.admin, |n| bar.set_position(n as u64)).await?;
+    bar.finish_and_clear();
+    let load_s = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let mut conn = db.admin.acquire().await?;
+    conn.execute("SET maintenance_work_mem = '6GB'").await?;
+    conn.execute("SET max_parallel_maintenance_workers = 1").await?;
+    for (name, definition) in &definitions {
+        eprintln!("building {name}");
+        conn.execute(definition.as_str()).await?;
+    }
+    conn.execute("VACUUM ANALYZE").await?;
+    drop(conn);
+    eprintln!("building tenant ANN indexes");
+    let tenant_indexes = store::ann::reconcile(&db.admin, store::ann::DEFAULT_MIN_MEMORIES).await?.created.len();
+    db.admin.execute("ANALYZE memory").await?;
+    let index_s = started.elapsed().as_secs_f64();
+    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s ({tenant_indexes} tenant ANN indexes)");
+    Ok((load_s, index_s, tenant_indexes))
 }
 
 /// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
@@ -515,7 +538,7 @@ async fn http_throughput(
         "postgres://memory_app@{}:{}/{}",
         db.app_options.get_host(),
         db.app_options.get_port(),
-        db.app_options.get_database().unwrap_or("memory_bench")
+        db.app_options.get_database().context("the scratch database has a name")?
     );
     let mut server = tokio::process::Command::new(&binary)
         .env("MEMORY_DATABASE_URL", app_url)
