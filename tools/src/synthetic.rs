@@ -1,16 +1,22 @@
 //! A synthetic corpus shaped like a multi-tenant deployment: 1,000 organisations skewed so the largest holds
 //! 10%, projects, tasks and agents, every scope and memory type, 5% restricted, a taxonomy with tags, entity
 //! mentions, sentences for full-text search and 384-d embeddings drawn from clusters on the unit sphere.
+//!
+//! The text follows real text's shape: a few very common domain words, each topic's own words, and a long tail
+//! of 40,000 pseudo-words drawn by Zipf's law (s = 1.1) in a topic-specific order, so a term's document frequency
+//! ranges from a third of a tenant's memories down to one, and queries mix tail words with common ones.
 //! Deterministic for a given seed. Loaded with COPY.
 
 use chrono::{Duration, Utc};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rand_distr::{Distribution, Normal};
+use rand_distr::{Distribution, Normal, Zipf};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use memory_core::domain::{MemoryType, Scope};
 
+/// Changes whenever the corpus a seed produces changes (so `memory-bench --reuse` does not reuse an old one).
+pub const VERSION: u32 = 2;
 pub const DIM: usize = 384;
 pub const ORGANIZATIONS: usize = 1000;
 const TOPICS: usize = 64;
@@ -151,6 +157,26 @@ fn unit(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x /= n);
 }
 
+/// Size of the long-tail vocabulary and the Zipf exponent of its use.
+const TAIL_WORDS: usize = 40_000;
+const TAIL_EXPONENT: f64 = 1.1;
+const SYLLABLES: [&str; 36] = [
+    "ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "ba", "di", "fe", "go", "hu", "ji", "ko", "la", "mo", "nu",
+    "pa", "ri", "so", "tu", "va", "xe", "yo", "zi", "bre", "dra", "fli", "gro", "plo", "stra", "tri", "vel", "wen",
+];
+
+/// The long-tail word of a topic at Zipf rank `rank` (1 = most used): each topic orders the vocabulary its own way.
+fn tail_word(topic: usize, rank: usize) -> String {
+    let mut i = (rank * 7_919 + topic * 104_729) % TAIL_WORDS;
+    let mut word = String::new();
+    for _ in 0..3 {
+        word.push_str(SYLLABLES[i % SYLLABLES.len()]);
+        i /= SYLLABLES.len();
+    }
+    word.push_str(SYLLABLES[i % SYLLABLES.len()]);
+    word
+}
+
 fn topic_word(topic: usize, k: usize) -> &'static str {
     TOPIC_WORDS[(topic * 7 + k * 3) % TOPIC_WORDS.len()]
 }
@@ -200,11 +226,14 @@ impl Corpus {
         v
     }
 
-    /// A few words of a topic, as an agent's question might use them.
+    /// A few words of a topic, as an agent's question might use them: one or two of its tail words, one or two of
+    /// its own words and a common one.
     pub fn query_text(&self, topic: usize, rng: &mut StdRng) -> String {
-        let n = rng.random_range(2..5);
-        let mut words: Vec<&str> = (0..n).map(|_| topic_word(topic, rng.random_range(0..6))).collect();
-        words.push(COMMON[rng.random_range(0..COMMON.len())]);
+        let zipf = Zipf::new(TAIL_WORDS as f64, TAIL_EXPONENT).expect("valid Zipf parameters");
+        let mut words: Vec<String> =
+            (0..rng.random_range(1..3)).map(|_| tail_word(topic, zipf.sample(rng) as usize)).collect();
+        words.extend((0..rng.random_range(1..3)).map(|_| topic_word(topic, rng.random_range(0..6)).to_string()));
+        words.push(COMMON[rng.random_range(0..COMMON.len())].to_string());
         words.join(" ")
     }
 
@@ -236,6 +265,7 @@ impl Corpus {
         copy(&mut conn, "COPY memory_entity (organization_id, id, name, entity_type) FROM STDIN", entities).await?;
 
         let mut rng = StdRng::seed_from_u64(self.seed + 1);
+        let zipf = Zipf::new(TAIL_WORDS as f64, TAIL_EXPONENT).expect("valid Zipf parameters");
         let now = Utc::now();
         let (mut memories, mut tags, mut mentions) = (String::new(), String::new(), String::new());
         let mut written = 0;
@@ -252,13 +282,11 @@ impl Corpus {
                     _ => (Scope::AgentPrivate, None, None, Some(org.agents[rng.random_range(0..org.agents.len())])),
                 };
                 let sensitivity = if rng.random_bool(0.05) { "restricted" } else { "normal" };
-                let words: Vec<&str> = (0..rng.random_range(8..16))
-                    .map(|_| {
-                        if rng.random_bool(0.4) {
-                            topic_word(topic, rng.random_range(0..6))
-                        } else {
-                            COMMON[rng.random_range(0..COMMON.len())]
-                        }
+                let words: Vec<String> = (0..rng.random_range(8..16))
+                    .map(|_| match rng.random_range(0..100) {
+                        0..25 => COMMON[rng.random_range(0..COMMON.len())].to_string(),
+                        25..50 => topic_word(topic, rng.random_range(0..6)).to_string(),
+                        _ => tail_word(topic, zipf.sample(&mut rng) as usize),
                     })
                     .collect();
                 let content = format!("{} E{}{}.", words.join(" "), 4000 + topic, rng.random_range(0..10));

@@ -33,7 +33,7 @@ use memory_core::{
 use memory_tools::{
     plot, scratch,
     stats::Percentiles,
-    synthetic::{Corpus, Organization},
+    synthetic::{self, Corpus, Organization},
 };
 use pgvector::Vector;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -79,6 +79,9 @@ struct SizeReport {
     e2e_ms: Percentiles,
     baseline_ms: Percentiles,
     ratio_p95: f64,
+    /// The raw query at the vector branch's depth (LIMIT and ef_search 100), and end to end against it.
+    baseline_depth_ms: Percentiles,
+    ratio_depth_p95: f64,
     filtered_recall_at_10: f64,
     /// Overlap of the keyword branch's top 10 with exact BM25's, on the largest tenant (the one the per-term
     /// posting cap affects most).
@@ -230,7 +233,7 @@ async fn main() -> anyhow::Result<()> {
 fn print_row(r: &SizeReport) {
     println!(
         "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
-         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
+         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} (raw at depth {:.2}/{:.2}/{:.2}, ratio {:.2}) | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
         r.memories,
         r.vector_ms.p50,
         r.vector_ms.p95,
@@ -248,6 +251,10 @@ fn print_row(r: &SizeReport) {
         r.baseline_ms.p95,
         r.baseline_ms.p99,
         r.ratio_p95,
+        r.baseline_depth_ms.p50,
+        r.baseline_depth_ms.p95,
+        r.baseline_depth_ms.p99,
+        r.ratio_depth_p95,
         r.filtered_recall_at_10,
         r.keyword_recall_at_10,
         r.load_s,
@@ -278,7 +285,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     eprintln!("== {size} memories");
     let corpus = Corpus::plan(size, args.seed);
     let name = format!("memory_bench_{size}");
-    let marker = format!("synthetic corpus: {size} memories, seed {}", args.seed);
+    let marker = format!("synthetic corpus v{}: {size} memories, seed {}", synthetic::VERSION, args.seed);
     let (db, load_s, index_s, tenant_indexes) =
         if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
             eprintln!("reusing {name}");
@@ -298,38 +305,55 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     let config = RetrievalConfig::default();
     let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
 
-    let (mut vector, mut keyword, mut fusion, mut e2e, mut baseline) = (vec![], vec![], vec![], vec![], vec![]);
-    let bar = ProgressBar::new(probes.len() as u64)
+    let (depth, limit) = (config.branch_depth, config.candidate_limit);
+    let mut scopes = Vec::new();
+    for probe in &probes {
+        scopes.push(
+            retriever
+                .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
+                .await?,
+        );
+    }
+    let queries: Vec<Vector> = probes.iter().map(|p| Vector::from(p.vector.clone())).collect();
+    let no_filters = SearchFilters::default();
+    // One pass over the probes per measurement, so no measurement runs on caches that another one just warmed
+    // for the same query.
+    let bar = ProgressBar::new(6 * probes.len() as u64)
         .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
-    for (i, probe) in probes.iter().enumerate() {
-        let scope = retriever
-            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
-            .await?;
-        let query = Vector::from(probe.vector.clone());
-        let (depth, limit) = (config.branch_depth, config.candidate_limit);
 
+    let (mut vector, mut vector_rows) = (vec![], vec![]);
+    for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
-        let vector_rows =
-            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, depth).await?;
+        let rows = store::candidates::vector_branch(&mut tx, scope, &no_filters, query, depth).await?;
         tx.commit().await?;
-        let vector_ms = ms(t);
+        vector.push(ms(t));
+        vector_rows.push(rows);
+        bar.inc(1);
+    }
 
+    let (mut keyword, mut keyword_rows) = (vec![], vec![]);
+    for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
-        let keyword_rows = store::candidates::keyword_branch(
+        let rows = store::candidates::keyword_branch(
             &mut tx,
-            &scope,
-            &SearchFilters::default(),
+            scope,
+            &no_filters,
             "memory_text",
             &probe.text,
-            Some(&query),
+            Some(query),
             depth,
         )
         .await?;
         tx.commit().await?;
-        let keyword_ms = ms(t);
+        keyword.push(ms(t));
+        keyword_rows.push(rows);
+        bar.inc(1);
+    }
 
+    let mut fusion = vec![];
+    for (probe, (vector_rows, keyword_rows)) in probes.iter().zip(vector_rows.into_iter().zip(keyword_rows)) {
         let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
         let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
         tx.commit().await?;
@@ -342,44 +366,49 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
             .filter(|c| classified.is_empty() || c.taxonomy_node_ids.iter().any(|n| subtree.contains(n)))
             .collect();
         let ranked = ranking::rank(&config.weights, &filtered, Utc::now(), 20);
-        let fusion_ms = ms(t);
+        fusion.push(ms(t));
         std::hint::black_box(ranked);
+        bar.inc(1);
+    }
 
+    let mut e2e = vec![];
+    for probe in &probes {
         let t = Instant::now();
         let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
         request.agent_id = Some(probe.agent);
         request.project_id = Some(probe.project);
         request.task_id = Some(probe.task);
         let result = retriever.query(request).await?;
-        let e2e_ms = ms(t);
+        e2e.push(ms(t));
         anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
-
-        let t = Instant::now();
-        raw_baseline(&db.app, &scope, &query, 20).await?;
-        let baseline_ms = ms(t);
-
-        if i >= warmup {
-            vector.push(vector_ms);
-            keyword.push(keyword_ms);
-            fusion.push(fusion_ms);
-            e2e.push(e2e_ms);
-            baseline.push(baseline_ms);
-        }
         bar.inc(1);
     }
+
+    let (mut baseline, mut baseline_depth) = (vec![], vec![]);
+    for (k, timings) in [(20, &mut baseline), (depth, &mut baseline_depth)] {
+        for (scope, query) in scopes.iter().zip(&queries) {
+            let t = Instant::now();
+            raw_baseline(&db.app, scope, query, k).await?;
+            timings.push(ms(t));
+            bar.inc(1);
+        }
+    }
     bar.finish_and_clear();
+    let timed = |samples: &[f64]| Percentiles::of(&samples[warmup..]);
 
     let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;
     let keyword_recall_at_10 = keyword_recall(&db.app, &retriever, &corpus, args.seed).await?;
-    let (e2e_ms, baseline_ms) = (Percentiles::of(&e2e), Percentiles::of(&baseline));
+    let (e2e_ms, baseline_ms, baseline_depth_ms) = (timed(&e2e), timed(&baseline), timed(&baseline_depth));
     let report = SizeReport {
         memories: size,
-        vector_ms: Percentiles::of(&vector),
-        keyword_ms: Percentiles::of(&keyword),
-        fusion_ms: Percentiles::of(&fusion),
+        vector_ms: timed(&vector),
+        keyword_ms: timed(&keyword),
+        fusion_ms: timed(&fusion),
         ratio_p95: e2e_ms.p95 / baseline_ms.p95,
+        ratio_depth_p95: e2e_ms.p95 / baseline_depth_ms.p95,
         e2e_ms,
         baseline_ms,
+        baseline_depth_ms,
         filtered_recall_at_10,
         keyword_recall_at_10,
         load_s,
