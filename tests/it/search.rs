@@ -6,7 +6,7 @@ use integration_tests::{Db, FixedEmbedder, axis, memory, retriever, vector_with_
 use memory_core::{
     domain::{MemoryType, Scope},
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
-    store::{self, ScopeFilter, SearchFilters},
+    store::{self, ScopeFilter, SearchFilters, candidates::KeywordSearch},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -288,11 +288,9 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         include_inactive: false,
         any_project_or_task: false,
     };
+    let search = KeywordSearch { text_search_config: "memory_text", text: "zephyr", query: None, limit: 5 };
     let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
-    let rows =
-        store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), "memory_text", "zephyr", None, 5)
-            .await
-            .unwrap();
+    let rows = store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);

@@ -10,7 +10,10 @@ use uuid::Uuid;
 use super::fusion;
 use crate::{
     domain::Memory,
-    store::{self, ScopeFilter, SearchFilters, candidates::CandidateRow},
+    store::{
+        self, ScopeFilter, SearchFilters,
+        candidates::{CandidateRow, KeywordSearch},
+    },
 };
 
 /// A memory in the Stage 1 candidate set.
@@ -79,16 +82,13 @@ pub async fn gather(
             async {
                 let mut tx =
                     store::begin_keyword_search(pool, scope.organization_id, settings.statement_timeout_ms).await?;
-                let rows = store::candidates::keyword_branch(
-                    &mut tx,
-                    scope,
-                    filters,
-                    settings.text_search_config,
+                let search = KeywordSearch {
+                    text_search_config: settings.text_search_config,
                     text,
                     query,
-                    settings.depth,
-                )
-                .await?;
+                    limit: settings.depth,
+                };
+                let rows = store::candidates::keyword_branch(&mut tx, scope, filters, &search).await?;
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(rows)
             }

@@ -84,6 +84,17 @@ impl KeywordBounds {
     }
 }
 
+/// What the keyword branch searches for.
+#[derive(Debug, Clone, Copy)]
+pub struct KeywordSearch<'a> {
+    /// Must be the configuration `memory.content_tsv` is built with.
+    pub text_search_config: &'a str,
+    pub text: &'a str,
+    /// The query embedding, for the rows' `cosine_sim`.
+    pub query: Option<&'a Vector>,
+    pub limit: usize,
+}
+
 #[derive(FromRow)]
 struct KeywordRow {
     #[sqlx(flatten)]
@@ -99,20 +110,16 @@ struct KeywordRow {
 /// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds cut something off
 /// and it found fewer than `limit` rows, an exact pass reads everything. With metadata filters, which may reject
 /// most of a tenant, the exact pass runs directly.
-#[allow(clippy::too_many_arguments)]
 pub async fn keyword_branch(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
-    text_search_config: &str,
-    text: &str,
-    query: Option<&Vector>,
-    limit: usize,
+    search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut bounds = if filters.is_empty() { KeywordBounds::bounded(limit) } else { KeywordBounds::EXACT };
+    let mut bounds = if filters.is_empty() { KeywordBounds::bounded(search.limit) } else { KeywordBounds::EXACT };
     loop {
-        let rows = keyword_pass(&mut *conn, scope, filters, text_search_config, text, query, limit, bounds).await?;
-        let complete = rows.len() >= limit || rows.first().is_some_and(|r| !r.truncated);
+        let rows = keyword_pass(&mut *conn, scope, filters, search, bounds).await?;
+        let complete = rows.len() >= search.limit || rows.first().is_some_and(|r| !r.truncated);
         if complete || bounds == KeywordBounds::EXACT {
             return Ok(rows.into_iter().map(|r| r.candidate).collect());
         }
@@ -122,31 +129,24 @@ pub async fn keyword_branch(
 
 /// [`keyword_branch`] without bounds: exact BM25 over every posting (what the benchmark measures the bounded pass
 /// against).
-#[allow(clippy::too_many_arguments)]
 pub async fn keyword_branch_exact(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
-    text_search_config: &str,
-    text: &str,
-    query: Option<&Vector>,
-    limit: usize,
+    search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let rows = keyword_pass(conn, scope, filters, text_search_config, text, query, limit, KeywordBounds::EXACT).await?;
+    let rows = keyword_pass(conn, scope, filters, search, KeywordBounds::EXACT).await?;
     Ok(rows.into_iter().map(|r| r.candidate).collect())
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn keyword_pass(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
-    text_search_config: &str,
-    text: &str,
-    query: Option<&Vector>,
-    limit: usize,
+    search: &KeywordSearch<'_>,
     bounds: KeywordBounds,
 ) -> sqlx::Result<Vec<KeywordRow>> {
+    let KeywordSearch { text_search_config, text, query, limit } = *search;
     let mut qb = QueryBuilder::new(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
                          FROM memory_corpus_stats WHERE doc_count > 0 AND organization_id = ",

@@ -28,7 +28,10 @@ use memory_core::{
         ranking,
         taxonomy::Taxonomy,
     },
-    store::{self, ScopeFilter, SearchFilters},
+    store::{
+        self, ScopeFilter, SearchFilters,
+        candidates::{CandidateRow, KeywordSearch},
+    },
 };
 use memory_tools::{
     plot, scratch,
@@ -336,16 +339,9 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
-        let rows = store::candidates::keyword_branch(
-            &mut tx,
-            scope,
-            &no_filters,
-            "memory_text",
-            &probe.text,
-            Some(query),
-            depth,
-        )
-        .await?;
+        let search =
+            KeywordSearch { text_search_config: "memory_text", text: &probe.text, query: Some(query), limit: depth };
+        let rows = store::candidates::keyword_branch(&mut tx, scope, &no_filters, &search).await?;
         tx.commit().await?;
         keyword.push(ms(t));
         keyword_rows.push(rows);
@@ -506,21 +502,15 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
             .await?;
         let filters = SearchFilters::default();
         let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
-        let ids =
-            |rows: Vec<store::candidates::CandidateRow>| rows.into_iter().map(|r| r.memory.id).collect::<Vec<_>>();
-        let bounded =
-            ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, "memory_text", &probe.text, None, 10)
-                .await?);
-        let exact = ids(store::candidates::keyword_branch_exact(
-            &mut tx,
-            &scope,
-            &filters,
-            "memory_text",
-            &probe.text,
-            None,
-            10,
-        )
-        .await?);
+        let ids = |rows: Vec<CandidateRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
+        let search = KeywordSearch {
+            text_search_config: "memory_text",
+            text: &probe.text,
+            query: None,
+            limit: RetrievalConfig::default().branch_depth,
+        };
+        let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
+        let exact = ids(store::candidates::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
         tx.commit().await?;
         hits += bounded.iter().filter(|id| exact.contains(id)).count();
         expected += exact.len();
