@@ -6,7 +6,10 @@ use integration_tests::{Db, FixedEmbedder, axis, memory, retriever, vector_with_
 use memory_core::{
     domain::{MemoryType, Scope},
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
-    store::{self, ScopeFilter, SearchFilters, candidates::KeywordSearch},
+    store::{
+        self, ScopeFilter, SearchFilters,
+        candidates::{CandidateExtras, KeywordSearch},
+    },
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -288,7 +291,13 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         include_inactive: false,
         any_project_or_task: false,
     };
-    let search = KeywordSearch { text_search_config: "memory_text", text: "zephyr", query: None, limit: 5 };
+    let search = KeywordSearch {
+        text_search_config: "memory_text",
+        text: "zephyr",
+        query: None,
+        limit: 5,
+        extras: CandidateExtras::NONE,
+    };
     let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
     let rows = store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();

@@ -12,7 +12,7 @@ use crate::{
     domain::Memory,
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{CandidateRow, KeywordSearch},
+        candidates::{CandidateExtras, CandidateRow, KeywordSearch},
     },
 };
 
@@ -45,6 +45,7 @@ pub struct BranchSettings<'a> {
     pub statement_timeout_ms: u64,
     pub run_vector: bool,
     pub run_keyword: bool,
+    pub extras: CandidateExtras,
 }
 
 /// Runs the branches and fuses them; the candidates come back best-fused first, ties by id.
@@ -67,7 +68,9 @@ pub async fn gather(
                     settings.statement_timeout_ms,
                 )
                 .await?;
-                let rows = store::candidates::vector_branch(&mut tx, scope, filters, q, settings.depth).await?;
+                let rows =
+                    store::candidates::vector_branch(&mut tx, scope, filters, q, settings.depth, settings.extras)
+                        .await?;
                 tx.commit().await?;
                 Ok::<_, sqlx::Error>(rows)
             }
@@ -87,6 +90,7 @@ pub async fn gather(
                     text,
                     query,
                     limit: settings.depth,
+                    extras: settings.extras,
                 };
                 let rows = store::candidates::keyword_branch(&mut tx, scope, filters, &search).await?;
                 tx.commit().await?;

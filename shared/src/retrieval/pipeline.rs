@@ -10,7 +10,7 @@ use super::{
     ranking,
     taxonomy::Taxonomy,
 };
-use crate::store::{self, ScopeFilter, SearchFilters};
+use crate::store::{self, ScopeFilter, SearchFilters, candidates::CandidateExtras};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
@@ -30,7 +30,17 @@ impl Retriever {
 
         // The query embedding and the caller's scopes + taxonomy are independent: fetch them together.
         let (query_vector, context) = tokio::join!(self.embed_query(&text, &mut degraded), self.load_context(&request));
-        let (scope, taxonomy) = context?;
+        let (scope, taxonomy, has_entity_profiles) = context?;
+
+        // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
+        // spares the branches the candidates' taxonomy tags (Stage 3 will not run).
+        let passive = request.mode == RetrievalMode::Passive;
+        let early_classes =
+            if passive { Some(self.classify(&taxonomy, request.mode, &text, &mut degraded).await) } else { None };
+        let extras = CandidateExtras {
+            taxonomy: early_classes.as_ref().map_or(!taxonomy.is_empty(), |classes| !classes.is_empty()),
+            profiled_entities: has_entity_profiles,
+        };
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let settings = BranchSettings {
@@ -40,6 +50,7 @@ impl Retriever {
             statement_timeout_ms: self.statement_timeout_ms,
             run_vector: true,
             run_keyword: true,
+            extras,
         };
         let filters = SearchFilters::default();
         let set = candidates::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
@@ -47,14 +58,17 @@ impl Retriever {
         let mut candidates = set.candidates;
 
         // Passive cooldown: memories recently injected into this session are not candidates.
-        let session = request.session.as_ref().filter(|_| request.mode == RetrievalMode::Passive);
+        let session = request.session.as_ref().filter(|_| passive);
         if let Some(s) = session {
             let cooling = self.cooldown.cooling(request.organization_id, &s.session_id, s.turn);
             candidates.retain(|c| !cooling.contains(&c.memory.id));
         }
 
-        // Stage 2: taxonomy classification.
-        let classified = self.classify(&taxonomy, request.mode, &text, &mut degraded).await;
+        // Stage 2 for the active modes (LLM classification).
+        let classified = match early_classes {
+            Some(classes) => classes,
+            None => self.classify(&taxonomy, request.mode, &text, &mut degraded).await,
+        };
 
         // Stages 3 and 4: keep candidates tagged within the classified subtrees and rank them, falling back to
         // all candidates when too few remain or the best of them is weak.
@@ -98,15 +112,17 @@ impl Retriever {
         })
     }
 
-    /// The caller's scope filter and the organisation's taxonomy, in one transaction.
-    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ScopeFilter, Taxonomy)> {
+    /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one
+    /// transaction.
+    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ScopeFilter, Taxonomy, bool)> {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        let (read_scopes, nodes) = store::agents::read_scopes_and_taxonomy(&mut tx, org, request.agent_id).await?;
+        let context = store::agents::retrieval_context(&mut tx, org, request.agent_id).await?;
         tx.commit().await?;
-        let scope = build_scope_filter(org, read_scopes, request.agent_id, request.project_id, request.task_id, gate);
-        Ok((scope, Taxonomy::new(nodes)))
+        let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
+        let scope = build_scope_filter(org, context.read_scopes, agent, project, task, gate);
+        Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))
     }
 
     async fn classify(

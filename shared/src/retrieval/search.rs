@@ -9,7 +9,10 @@ use super::{
     candidates::{self, BranchSettings, Candidate},
     fusion::{self, Fusion},
 };
-use crate::store::{self, candidates::CandidateRow};
+use crate::store::{
+    self,
+    candidates::{CandidateExtras, CandidateRow},
+};
 
 /// Score multiplier per entity hop of graph expansion.
 pub const HOP_DECAY: f64 = 0.5;
@@ -61,6 +64,7 @@ impl Retriever {
                 statement_timeout_ms: self.statement_timeout_ms,
                 run_vector: wants_vector,
                 run_keyword,
+                extras: CandidateExtras::NONE,
             };
             let set = candidates::gather(
                 &self.pool,

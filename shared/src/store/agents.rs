@@ -26,24 +26,34 @@ fn parse_scopes(scopes: Option<Vec<String>>) -> sqlx::Result<Option<Vec<Scope>>>
         .transpose()
 }
 
-/// What retrieval needs before it searches, in one statement: the agent's read scopes (None without an agent
-/// or profile) and the organisation's taxonomy.
-pub async fn read_scopes_and_taxonomy(
+/// What retrieval needs before it searches.
+#[derive(Debug)]
+pub struct RetrievalContext {
+    /// The agent's read scopes (None without an agent or profile).
+    pub read_scopes: Option<Vec<Scope>>,
+    pub taxonomy: Vec<TaxonomyNode>,
+    /// Whether any entity of the organisation has a synthesised profile.
+    pub has_entity_profiles: bool,
+}
+
+/// The [`RetrievalContext`] of an organisation and agent, in one statement.
+pub async fn retrieval_context(
     conn: &mut PgConnection,
     organization_id: Uuid,
     agent_id: Option<Uuid>,
-) -> sqlx::Result<(Option<Vec<Scope>>, Vec<TaxonomyNode>)> {
-    let (scopes, nodes): (Option<Vec<String>>, Json<Vec<TaxonomyNode>>) = sqlx::query_as(
+) -> sqlx::Result<RetrievalContext> {
+    let (scopes, nodes, has_entity_profiles): (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool) = sqlx::query_as(
         "SELECT (SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2), \
                 coalesce((SELECT json_agg(json_build_object('id', id, 'parent_id', parent_id, 'name', name) \
                                           ORDER BY name, id) \
-                          FROM memory_taxonomy_node WHERE organization_id = $1), '[]'::json)",
+                          FROM memory_taxonomy_node WHERE organization_id = $1), '[]'::json), \
+                EXISTS (SELECT 1 FROM memory_entity WHERE organization_id = $1 AND synthesis_memory_id IS NOT NULL)",
     )
     .bind(organization_id)
     .bind(agent_id)
     .fetch_one(conn)
     .await?;
-    Ok((parse_scopes(scopes)?, nodes.0))
+    Ok(RetrievalContext { read_scopes: parse_scopes(scopes)?, taxonomy: nodes.0, has_entity_profiles })
 }
 
 /// Creates or replaces an agent's profile.

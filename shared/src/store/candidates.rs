@@ -22,17 +22,41 @@ pub struct CandidateRow {
     pub mentions_profiled_entity: bool,
 }
 
-/// What every branch adds to a memory's columns: its taxonomy tags and whether an entity it mentions has a profile
-/// (so the profile lookup runs only when it can find something).
-const CANDIDATE_EXTRAS: &str = "ARRAY(SELECT t.node_id FROM memory_taxonomy_tag t \
-     WHERE t.organization_id = m.organization_id AND t.memory_id = m.id ORDER BY t.node_id) AS taxonomy_node_ids, \
-     EXISTS (SELECT 1 FROM memory_entity_mention mn JOIN memory_entity en \
-             ON en.organization_id = mn.organization_id AND en.id = mn.entity_id \
-             WHERE mn.organization_id = m.organization_id AND mn.memory_id = m.id \
-               AND en.synthesis_memory_id IS NOT NULL) AS mentions_profiled_entity";
+/// What a branch adds to each memory's columns, when the caller needs it: its taxonomy tags (for Stage 3) and
+/// whether an entity it mentions has a profile (so the profile lookup runs only when it can find something). Each
+/// costs index lookups per row, a large share of a branch's time, so the pipeline asks only for what it will use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CandidateExtras {
+    pub taxonomy: bool,
+    pub profiled_entities: bool,
+}
 
-fn select_head(qb: &mut QueryBuilder<'_, Postgres>) {
-    qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ").push(CANDIDATE_EXTRAS).push(", ");
+impl CandidateExtras {
+    pub const NONE: Self = Self { taxonomy: false, profiled_entities: false };
+
+    fn push_sql(self, qb: &mut QueryBuilder<'_, Postgres>) {
+        qb.push(if self.taxonomy {
+            "ARRAY(SELECT t.node_id FROM memory_taxonomy_tag t \
+             WHERE t.organization_id = m.organization_id AND t.memory_id = m.id ORDER BY t.node_id)"
+        } else {
+            "'{}'::uuid[]"
+        });
+        qb.push(" AS taxonomy_node_ids, ");
+        qb.push(if self.profiled_entities {
+            "EXISTS (SELECT 1 FROM memory_entity_mention mn JOIN memory_entity en \
+                     ON en.organization_id = mn.organization_id AND en.id = mn.entity_id \
+                     WHERE mn.organization_id = m.organization_id AND mn.memory_id = m.id \
+                       AND en.synthesis_memory_id IS NOT NULL)"
+        } else {
+            "false"
+        });
+        qb.push(" AS mentions_profiled_entity, ");
+    }
+}
+
+fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: CandidateExtras) {
+    qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ");
+    extras.push_sql(qb);
 }
 
 /// Nearest neighbours of `query` by cosine distance (HNSW), nearest first.
@@ -42,9 +66,10 @@ pub async fn vector_branch(
     filters: &SearchFilters,
     query: &Vector,
     limit: usize,
+    extras: CandidateExtras,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let mut qb = QueryBuilder::new("");
-    select_head(&mut qb);
+    select_head(&mut qb, extras);
     qb.push("1 - (m.embedding <=> ")
         .push_bind(query.clone())
         .push(") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
@@ -93,6 +118,7 @@ pub struct KeywordSearch<'a> {
     /// The query embedding, for the rows' `cosine_sim`.
     pub query: Option<&'a Vector>,
     pub limit: usize,
+    pub extras: CandidateExtras,
 }
 
 #[derive(FromRow)]
@@ -146,7 +172,7 @@ async fn keyword_pass(
     search: &KeywordSearch<'_>,
     bounds: KeywordBounds,
 ) -> sqlx::Result<Vec<KeywordRow>> {
-    let KeywordSearch { text_search_config, text, query, limit } = *search;
+    let KeywordSearch { text_search_config, text, query, limit, extras } = *search;
     let mut qb = QueryBuilder::new(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
                          FROM memory_corpus_stats WHERE doc_count > 0 AND organization_id = ",
@@ -196,7 +222,7 @@ async fn keyword_pass(
         .push(") p GROUP BY p.memory_id HAVING bool_or(w.selective) ORDER BY bm25 DESC, p.memory_id LIMIT ")
         .push_bind(bounds.ranked_before_filter)
         .push(") ");
-    select_head(&mut qb);
+    select_head(&mut qb, extras);
     qb.push("coalesce((SELECT max(df) FROM weights) > ")
         .push_bind(bounds.postings_per_term)
         .push(" OR (SELECT count(*) FROM ranked) >= ")
@@ -224,7 +250,7 @@ pub async fn metadata_branch(
     limit: usize,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let mut qb = QueryBuilder::new("");
-    select_head(&mut qb);
+    select_head(&mut qb, CandidateExtras::NONE);
     qb.push("NULL::float8 AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
@@ -250,7 +276,9 @@ pub async fn entity_neighbours(
     limit: usize,
 ) -> sqlx::Result<Vec<GraphNeighbour>> {
     let mut qb = QueryBuilder::new("SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
-    qb.push(MEMORY_COLUMNS).push(", ").push(CANDIDATE_EXTRAS).push(", 1 - (m.embedding <=> ");
+    qb.push(MEMORY_COLUMNS).push(", ");
+    CandidateExtras::NONE.push_sql(&mut qb);
+    qb.push("1 - (m.embedding <=> ");
     qb.push_bind(query.cloned())
         .push(
             ") AS cosine_sim, NULL::float8 AS keyword_score \

@@ -30,7 +30,7 @@ use memory_core::{
     },
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{CandidateRow, KeywordSearch},
+        candidates::{CandidateExtras, CandidateRow, KeywordSearch},
     },
 };
 use memory_tools::{
@@ -278,6 +278,10 @@ fn machine() -> String {
     format!("{} cores, {cpu}", std::thread::available_parallelism().map_or(0, |n| n.get()))
 }
 
+/// What the branches are timed with: the taxonomy tags Stage 3 needs whenever a query matches a taxonomy node
+/// (the corpus has no entity profiles, so the pipeline never asks for that flag here).
+const EXTRAS: CandidateExtras = CandidateExtras { taxonomy: true, profiled_entities: false };
+
 /// HTTP clients step through the probes with this stride so they send different queries.
 const STRIDE: usize = 97;
 
@@ -328,7 +332,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
-        let rows = store::candidates::vector_branch(&mut tx, scope, &no_filters, query, depth).await?;
+        let rows = store::candidates::vector_branch(&mut tx, scope, &no_filters, query, depth, EXTRAS).await?;
         tx.commit().await?;
         vector.push(ms(t));
         vector_rows.push(rows);
@@ -339,8 +343,13 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
-        let search =
-            KeywordSearch { text_search_config: "memory_text", text: &probe.text, query: Some(query), limit: depth };
+        let search = KeywordSearch {
+            text_search_config: "memory_text",
+            text: &probe.text,
+            query: Some(query),
+            limit: depth,
+            extras: EXTRAS,
+        };
         let rows = store::candidates::keyword_branch(&mut tx, scope, &no_filters, &search).await?;
         tx.commit().await?;
         keyword.push(ms(t));
@@ -474,12 +483,18 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .await?;
         let query = Vector::from(probe.vector.clone());
         let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
-        let approximate: Vec<Uuid> =
-            store::candidates::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, 10)
-                .await?
-                .into_iter()
-                .map(|r| r.memory.id)
-                .collect();
+        let approximate: Vec<Uuid> = store::candidates::vector_branch(
+            &mut tx,
+            &scope,
+            &SearchFilters::default(),
+            &query,
+            10,
+            CandidateExtras::NONE,
+        )
+        .await?
+        .into_iter()
+        .map(|r| r.memory.id)
+        .collect();
         tx.execute("SET LOCAL enable_indexscan = off").await?;
         let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
         scope.push_sql(&mut qb);
@@ -508,6 +523,7 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
             text: &probe.text,
             query: None,
             limit: RetrievalConfig::default().branch_depth,
+            extras: CandidateExtras::NONE,
         };
         let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
         let exact = ids(store::candidates::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
