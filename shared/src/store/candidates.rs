@@ -94,8 +94,8 @@ const BM25_B: f64 = 0.75;
 /// How much work one pass of the keyword branch may do.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct KeywordBounds {
-    /// Postings read per query term, highest impact first; a term in more memories than this is read partially
-    /// (its low idf keeps the lost contributions small). `None` reads every posting.
+    /// Postings read per query term, highest tf then shortest memory first; a term in more memories than this is
+    /// read partially (its low idf keeps the lost contributions small). `None` reads every posting.
     postings_per_term: Option<i64>,
     /// Best-scoring memories kept before the scope and filters are applied; `None` keeps all.
     ranked_before_filter: Option<i64>,
