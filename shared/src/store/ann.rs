@@ -46,23 +46,23 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
     for (org, count) in &counts {
         let has = existing.contains(org);
         if !has && *count >= min_memories {
-            create(pool, *org).await?;
+            create_index(pool, *org).await?;
             changes.created.push(*org);
         } else if has && *count < min_memories / 2 {
-            drop(pool, *org).await?;
+            drop_index(pool, *org).await?;
             changes.dropped.push(*org);
         } else if has {
             changes.kept += 1;
         }
     }
     for org in existing.iter().filter(|o| !counts.iter().any(|(c, _)| c == *o)) {
-        drop(pool, *org).await?;
+        drop_index(pool, *org).await?;
         changes.dropped.push(*org);
     }
     Ok(changes)
 }
 
-async fn create(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+async fn create_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
     // Same operator class and parameters as the shared index (migrations/0004).
     let sql = format!(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memory USING hnsw (embedding vector_cosine_ops) \
@@ -72,7 +72,7 @@ async fn create(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
     pool.execute(sql.as_str()).await.map(|_| ())
 }
 
-async fn drop(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+async fn drop_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
     let sql = format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(organization_id));
     pool.execute(sql.as_str()).await.map(|_| ())
 }
