@@ -23,7 +23,21 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// Opens a transaction bound to one organisation: RLS policies compare every row against this setting.
 /// The setting travels with BEGIN (one round trip); it is formatted from a `Uuid`, never from caller text.
 pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<Transaction<'static, Postgres>> {
-    pool.begin_with(format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)")).await
+    begin_with_settings(pool, organization_id, &[]).await
+}
+
+/// BEGIN with the organisation and further transaction-local settings, in one round trip. Names and values are
+/// the store's own constants and numbers, never caller text.
+async fn begin_with_settings(
+    pool: &PgPool,
+    organization_id: Uuid,
+    settings: &[(&str, String)],
+) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let mut sql = format!("BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true)");
+    for (name, value) in settings {
+        sql.push_str(&format!(", set_config('{name}', '{value}', true)"));
+    }
+    pool.begin_with(sql).await
 }
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
@@ -36,15 +50,13 @@ pub async fn begin_vector_search(
     ef_search: usize,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    pool.begin_with(format!(
-        "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
-                set_config('hnsw.iterative_scan', 'relaxed_order', true), \
-                set_config('hnsw.ef_search', '{}', true), \
-                set_config('plan_cache_mode', 'force_custom_plan', true), \
-                set_config('statement_timeout', '{statement_timeout_ms}', true)",
-        ef_search.clamp(40, 1000)
-    ))
-    .await
+    let settings = [
+        ("hnsw.iterative_scan", "relaxed_order".to_string()),
+        ("hnsw.ef_search", ef_search.clamp(40, 1000).to_string()),
+        ("plan_cache_mode", "force_custom_plan".to_string()),
+        ("statement_timeout", statement_timeout_ms.to_string()),
+    ];
+    begin_with_settings(pool, organization_id, &settings).await
 }
 
 /// Like [`begin_for_org`], for the keyword branch: its plan is the same for every tenant (index scans on keys
@@ -55,12 +67,11 @@ pub async fn begin_keyword_search(
     organization_id: Uuid,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    pool.begin_with(format!(
-        "BEGIN; SELECT set_config('app.organization_id', '{organization_id}', true), \
-                set_config('plan_cache_mode', 'force_generic_plan', true), \
-                set_config('statement_timeout', '{statement_timeout_ms}', true)"
-    ))
-    .await
+    let settings = [
+        ("plan_cache_mode", "force_generic_plan".to_string()),
+        ("statement_timeout", statement_timeout_ms.to_string()),
+    ];
+    begin_with_settings(pool, organization_id, &settings).await
 }
 
 /// The dimension of `memory.embedding` as declared in the schema.
