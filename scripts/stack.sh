@@ -76,7 +76,7 @@ start_postgres() {
     else
         log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
-            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=256MB -c fsync=off -c synchronous_commit=off" \
+            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-256MB} -c fsync=off -c synchronous_commit=off" \
             start >/dev/null
     fi
     local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres)

@@ -126,3 +126,46 @@ async fn one_tenants_setting_does_not_leak_to_the_next_through_a_single_connecti
     assert_eq!(seen, vec!["tenant B's fact".to_string()]);
     tx.rollback().await.unwrap();
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_one_round_trip_context_read_sees_one_tenant_and_leaves_no_setting_behind(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{domain::Scope, store};
+
+    let db = Db::new(opts, conn.clone()).await;
+    let (a, b, agent) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    memory(a, "tenant A's fact").insert(&db).await;
+    for (org, name) in [(a, "billing"), (b, "secrets of B")] {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        store::taxonomy::upsert_node(&mut *tx, org, None, name).await.unwrap();
+        store::agents::upsert(&mut *tx, org, agent, "same id in both tenants", &[Scope::Org, Scope::Task])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let mut tx = store::begin_for_org(&db.admin, b).await.unwrap();
+    store::agents::upsert(&mut *tx, b, agent, "B's agent", &[Scope::Org, Scope::Project, Scope::AgentPrivate])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(conn.username("memory_app")).await.unwrap();
+
+    let context = store::agents::retrieval_context(&pool, a, Some(agent)).await.unwrap();
+    assert_eq!(context.read_scopes, Some(vec![Scope::Org, Scope::Task]));
+    let names: Vec<&str> = context.taxonomy.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, vec!["billing"]);
+    assert!(!context.has_entity_profiles);
+    let without_agent = store::agents::retrieval_context(&pool, a, None).await.unwrap();
+    assert_eq!(without_agent.read_scopes, None);
+
+    // Same physical connection afterwards: the organisation setting is gone, so RLS shows nothing.
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM memory").fetch_one(&pool).await.unwrap();
+    assert_eq!(after, 0);
+    let setting: Option<String> = sqlx::query_scalar("SELECT nullif(current_setting('app.organization_id', true), '')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(setting, None);
+}

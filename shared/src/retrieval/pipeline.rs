@@ -44,8 +44,8 @@ impl Retriever {
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let settings = BranchSettings {
-            depth: self.config.branch_depth,
-            limit: self.config.candidate_limit,
+            depth: self.config.branch_depth.max(request.max_results),
+            limit: self.config.candidate_limit.max(request.max_results),
             text_search_config: &self.text_search_config,
             statement_timeout_ms: self.statement_timeout_ms,
             run_vector: true,
@@ -112,14 +112,12 @@ impl Retriever {
         })
     }
 
-    /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one
-    /// transaction.
+    /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one round
+    /// trip.
     async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ScopeFilter, Taxonomy, bool)> {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
-        let mut tx = store::begin_for_org(&self.pool, org).await?;
-        let context = store::agents::retrieval_context(&mut tx, org, request.agent_id).await?;
-        tx.commit().await?;
+        let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
         let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
         let scope = build_scope_filter(org, context.read_scopes, agent, project, task, gate);
         Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))

@@ -1,6 +1,6 @@
 //! Agent profiles: the memory scopes each agent may read.
 
-use sqlx::{PgConnection, PgExecutor, types::Json};
+use sqlx::{PgExecutor, PgPool, Row, types::Json};
 use uuid::Uuid;
 
 use crate::domain::{Scope, TaxonomyNode};
@@ -36,24 +36,33 @@ pub struct RetrievalContext {
     pub has_entity_profiles: bool,
 }
 
-/// The [`RetrievalContext`] of an organisation and agent, in one statement.
+/// The [`RetrievalContext`] of an organisation and agent, in one round trip (it precedes every retrieval).
 pub async fn retrieval_context(
-    conn: &mut PgConnection,
+    pool: &PgPool,
     organization_id: Uuid,
     agent_id: Option<Uuid>,
 ) -> sqlx::Result<RetrievalContext> {
-    let (scopes, nodes, has_entity_profiles): (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool) = sqlx::query_as(
-        "SELECT (SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2), \
+    let agent = agent_id.map_or_else(|| "NULL".to_string(), |id| format!("'{id}'::uuid"));
+    let statement = format!(
+        "SELECT (SELECT memory_read_scopes FROM agent_profile \
+                 WHERE organization_id = '{organization_id}' AND agent_id = {agent}) AS read_scopes, \
                 coalesce((SELECT json_agg(json_build_object('id', id, 'parent_id', parent_id, 'name', name) \
                                           ORDER BY name, id) \
-                          FROM memory_taxonomy_node WHERE organization_id = $1), '[]'::json), \
-                EXISTS (SELECT 1 FROM memory_entity WHERE organization_id = $1 AND synthesis_memory_id IS NOT NULL)",
-    )
-    .bind(organization_id)
-    .bind(agent_id)
-    .fetch_one(conn)
-    .await?;
-    Ok(RetrievalContext { read_scopes: parse_scopes(scopes)?, taxonomy: nodes.0, has_entity_profiles })
+                          FROM memory_taxonomy_node WHERE organization_id = '{organization_id}'), '[]'::json) \
+                    AS taxonomy, \
+                EXISTS (SELECT 1 FROM memory_entity \
+                        WHERE organization_id = '{organization_id}' AND synthesis_memory_id IS NOT NULL) \
+                    AS has_entity_profiles"
+    );
+    let rows = super::read_for_org(pool, organization_id, &statement).await?;
+    let row = rows.first().ok_or(sqlx::Error::RowNotFound)?;
+    let scopes: Option<Vec<String>> = row.try_get("read_scopes")?;
+    let nodes: Json<Vec<TaxonomyNode>> = row.try_get("taxonomy")?;
+    Ok(RetrievalContext {
+        read_scopes: parse_scopes(scopes)?,
+        taxonomy: nodes.0,
+        has_entity_profiles: row.try_get("has_entity_profiles")?,
+    })
 }
 
 /// Creates or replaces an agent's profile.

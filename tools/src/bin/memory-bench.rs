@@ -3,9 +3,10 @@
 //! For each corpus size: a synthetic multi-tenant corpus (see `memory_tools::synthetic`) is COPY-loaded into a
 //! scratch database, the ANN and full-text indexes are built, and `--queries` queries measure the vector branch,
 //! the keyword branch, fusion + filter (RRF, taxonomy filter, ranking), `Retriever::query` end to end without the
-//! query embedding, and the raw baseline (one HNSW query with the same tenant filter). Filtered recall@10 is
-//! measured for a tenant holding about 1% of the rows. After the last size: HTTP throughput of the real retrieve
-//! server on loopback, MiniLM query-embedding latency, and the server's peak RSS.
+//! query embedding, and the raw baseline (one HNSW query with the same tenant filter), interleaved, each with
+//! queries of its own. Filtered recall@10 is measured for a tenant holding about 1% of the rows. After the last
+//! size: HTTP throughput of the real retrieve server on loopback, MiniLM query-embedding latency, and the server's
+//! peak RSS.
 
 use std::{
     collections::HashMap,
@@ -307,58 +308,72 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         };
 
     let warmup = 50;
-    let probes = probes(&corpus, args.queries + warmup, args.seed + size as u64, None);
-    let embedder = Precomputed(probes.iter().map(|p| (p.text.clone(), p.vector.clone())).collect());
     let config = RetrievalConfig::default();
-    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
-
     let (depth, limit) = (config.branch_depth, config.candidate_limit);
-    let mut scopes = Vec::new();
-    for probe in &probes {
-        scopes.push(
-            retriever
-                .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
-                .await?,
-        );
-    }
-    let queries: Vec<Vector> = probes.iter().map(|p| Vector::from(p.vector.clone())).collect();
+    // Each measurement gets its own queries (same distribution, another seed): a query is new to the database
+    // the first time it runs, and a measurement repeating another's queries would find their index pages and
+    // rows already in CPU and page caches. The measurements are interleaved, so none runs on a database that
+    // the others have warmed for longer.
+    let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
+    let (branch_probes, e2e_probes) = (probe_set(0), probe_set(1));
+    let (raw_probes, raw_depth_probes) = (probe_set(2), probe_set(3));
+    let every = || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes);
+    let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
+    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
+    let scope_of = async |probe: &Probe| {
+        retriever.scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true).await
+    };
     let no_filters = SearchFilters::default();
-    // One pass over the probes per measurement, so no measurement runs on caches that another one just warmed
-    // for the same query.
-    let bar = ProgressBar::new(6 * probes.len() as u64)
+    let bar = ProgressBar::new(branch_probes.len() as u64)
         .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
 
-    let (mut vector, mut vector_rows) = (vec![], vec![]);
-    for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
+    let (mut vector, mut keyword, mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut branch_rows = Vec::new();
+    for i in 0..branch_probes.len() {
+        let probe = &branch_probes[i];
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let t = Instant::now();
         let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
-        let rows = store::candidates::vector_branch(&mut tx, scope, &no_filters, query, depth, EXTRAS).await?;
+        let vector_rows = store::candidates::vector_branch(&mut tx, &scope, &no_filters, &query, depth, EXTRAS).await?;
         tx.commit().await?;
         vector.push(ms(t));
-        vector_rows.push(rows);
-        bar.inc(1);
-    }
 
-    let (mut keyword, mut keyword_rows) = (vec![], vec![]);
-    for (probe, (scope, query)) in probes.iter().zip(scopes.iter().zip(&queries)) {
         let t = Instant::now();
         let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
         let search = KeywordSearch {
             text_search_config: "memory_text",
             text: &probe.text,
-            query: Some(query),
+            query: Some(&query),
             limit: depth,
             extras: EXTRAS,
         };
-        let rows = store::candidates::keyword_branch(&mut tx, scope, &no_filters, &search).await?;
+        let keyword_rows = store::candidates::keyword_branch(&mut tx, &scope, &no_filters, &search).await?;
         tx.commit().await?;
         keyword.push(ms(t));
-        keyword_rows.push(rows);
+        branch_rows.push((vector_rows, keyword_rows));
+
+        let probe = &e2e_probes[i];
+        let t = Instant::now();
+        let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
+        request.agent_id = Some(probe.agent);
+        request.project_id = Some(probe.project);
+        request.task_id = Some(probe.task);
+        let result = retriever.query(request).await?;
+        e2e.push(ms(t));
+        anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
+
+        for (k, probe, timings) in [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)] {
+            let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+            let t = Instant::now();
+            raw_baseline(&db.app, &scope, &query, k).await?;
+            timings.push(ms(t));
+        }
         bar.inc(1);
     }
+    bar.finish_and_clear();
 
     let mut fusion = vec![];
-    for (probe, (vector_rows, keyword_rows)) in probes.iter().zip(vector_rows.into_iter().zip(keyword_rows)) {
+    for (probe, (vector_rows, keyword_rows)) in branch_probes.iter().zip(branch_rows) {
         let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
         let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
         tx.commit().await?;
@@ -373,32 +388,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         let ranked = ranking::rank(&config.weights, &filtered, Utc::now(), 20);
         fusion.push(ms(t));
         std::hint::black_box(ranked);
-        bar.inc(1);
     }
-
-    let mut e2e = vec![];
-    for probe in &probes {
-        let t = Instant::now();
-        let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
-        request.agent_id = Some(probe.agent);
-        request.project_id = Some(probe.project);
-        request.task_id = Some(probe.task);
-        let result = retriever.query(request).await?;
-        e2e.push(ms(t));
-        anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
-        bar.inc(1);
-    }
-
-    let (mut baseline, mut baseline_depth) = (vec![], vec![]);
-    for (k, timings) in [(20, &mut baseline), (depth, &mut baseline_depth)] {
-        for (scope, query) in scopes.iter().zip(&queries) {
-            let t = Instant::now();
-            raw_baseline(&db.app, scope, query, k).await?;
-            timings.push(ms(t));
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
     let timed = |samples: &[f64]| Percentiles::of(&samples[warmup..]);
 
     let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;

@@ -203,7 +203,8 @@ async fn main() -> anyhow::Result<()> {
     }
     sqlx::query("ANALYZE memory").execute(&db.admin).await?;
 
-    let mut config = RetrievalConfig::default();
+    // The configuration the service runs with (MEMORY_* tunables honoured), so a setting can be evaluated.
+    let mut config = RetrievalConfig::from_env()?;
     if !has_time {
         config.weights.recency = 0.0;
     }
