@@ -169,3 +169,29 @@ async fn the_one_round_trip_context_read_sees_one_tenant_and_leaves_no_setting_b
         .unwrap();
     assert_eq!(setting, None);
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_memory_with_its_embedding_and_a_paragraph_of_text_stays_whole_in_its_heap_row(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // 1.5 kB of embedding and 0.6 kB of text: over the default TOAST threshold (about 2 kB).
+    let text = "The deploy pipeline rolls back when the canary's error rate doubles; ".repeat(9);
+    for i in 0..20 {
+        let embedding: Vec<f32> = (0..384).map(|d| ((d * 7 + i) % 13) as f32 / 13.0 + 0.01).collect();
+        memory(org, &format!("{text} (#{i})")).embedding(embedding).insert(&db).await;
+    }
+    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
+    let (row_bytes, toast_bytes): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT max(pg_column_size(m.*)) FROM memory m), \
+                pg_relation_size(c.reltoastrelid) FROM pg_class c WHERE c.oid = 'memory'::regclass",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(row_bytes > 2100, "the rows are meant to exceed the default threshold: {row_bytes} bytes");
+    assert_eq!(toast_bytes, 0, "embeddings or text were moved to the TOAST table");
+}

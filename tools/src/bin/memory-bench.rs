@@ -293,7 +293,10 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     eprintln!("== {size} memories");
     let corpus = Corpus::plan(size, args.seed);
     let name = format!("memory_bench_{size}");
-    let marker = format!("synthetic corpus v{}: {size} memories, seed {}", synthetic::VERSION, args.seed);
+    // A database built by another corpus version or an older schema is not reused.
+    let schema = store::MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
+    let marker =
+        format!("synthetic corpus v{}, schema {schema}: {size} memories, seed {}", synthetic::VERSION, args.seed);
     let (db, load_s, index_s, tenant_indexes) =
         if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
             eprintln!("reusing {name}");
@@ -308,7 +311,8 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         };
 
     let warmup = 50;
-    let config = RetrievalConfig::default();
+    // The configuration the service runs with (MEMORY_* tunables honoured).
+    let config = RetrievalConfig::from_env()?;
     let (depth, limit) = (config.branch_depth, config.candidate_limit);
     // Each measurement gets its own queries (same distribution, another seed): a query is new to the database
     // the first time it runs, and a measurement repeating another's queries would find their index pages and
@@ -512,7 +516,7 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
             text_search_config: "memory_text",
             text: &probe.text,
             query: None,
-            limit: RetrievalConfig::default().branch_depth,
+            limit: retriever.config().branch_depth,
             extras: CandidateExtras::NONE,
         };
         let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
