@@ -26,8 +26,8 @@ pub async fn begin_for_org(pool: &PgPool, organization_id: Uuid) -> sqlx::Result
     begin_with_settings(pool, organization_id, &[]).await
 }
 
-/// BEGIN with the organisation and further transaction-local settings, in one round trip. Names and values are
-/// the store's own constants and numbers, never caller text.
+/// BEGIN with the organisation and further transaction-local settings, in one round trip. Each setting's value is
+/// an SQL expression built from the store's own constants, numbers and typed ids, never from caller text.
 async fn begin_with_settings(
     pool: &PgPool,
     organization_id: Uuid,
@@ -40,9 +40,14 @@ async fn begin_with_settings(
 fn settings_sql(organization_id: Uuid, settings: &[(&str, String)]) -> String {
     let mut sql = format!("SELECT set_config('app.organization_id', '{organization_id}', true)");
     for (name, value) in settings {
-        sql.push_str(&format!(", set_config('{name}', '{value}', true)"));
+        sql.push_str(&format!(", set_config('{name}', {value}, true)"));
     }
     sql
+}
+
+/// A setting's value as an SQL literal.
+fn literal(value: impl std::fmt::Display) -> String {
+    format!("'{value}'")
 }
 
 /// Runs one parameterless read `statement` for an organisation in a single round trip: the setting and the
@@ -58,20 +63,23 @@ async fn read_for_org(pool: &PgPool, organization_id: Uuid, statement: &str) -> 
 }
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows; custom plans only, because the right plan depends on the organisation (its own ANN index,
-/// see [`ann`], or an exact scan of a small tenant) and a cached generic plan cannot know it; and a statement
-/// timeout so one slow branch cannot hold a request.
+/// `ef_search` rows; custom plans only, because the right plan depends on the organisation and a cached generic
+/// plan cannot know it; a tenant with its own ANN index (see [`ann`]) is searched through it, any other exactly
+/// (index scans off: the shared HNSW index would answer approximately, and slowly for a selective tenant; the
+/// scope predicate's bitmap scans stay on); and a statement timeout so one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
     ef_search: usize,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let own_index = ann::index_name(organization_id);
     let settings = [
-        ("hnsw.iterative_scan", "relaxed_order".to_string()),
-        ("hnsw.ef_search", ef_search.clamp(40, 1000).to_string()),
-        ("plan_cache_mode", "force_custom_plan".to_string()),
-        ("statement_timeout", statement_timeout_ms.to_string()),
+        ("hnsw.iterative_scan", literal("relaxed_order")),
+        ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
+        ("plan_cache_mode", literal("force_custom_plan")),
+        ("enable_indexscan", format!("CASE WHEN to_regclass('{own_index}') IS NULL THEN 'off' ELSE 'on' END")),
+        ("statement_timeout", literal(statement_timeout_ms)),
     ];
     begin_with_settings(pool, organization_id, &settings).await
 }
@@ -84,10 +92,8 @@ pub async fn begin_keyword_search(
     organization_id: Uuid,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let settings = [
-        ("plan_cache_mode", "force_generic_plan".to_string()),
-        ("statement_timeout", statement_timeout_ms.to_string()),
-    ];
+    let settings =
+        [("plan_cache_mode", literal("force_generic_plan")), ("statement_timeout", literal(statement_timeout_ms))];
     begin_with_settings(pool, organization_id, &settings).await
 }
 
