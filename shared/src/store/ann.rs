@@ -1,9 +1,9 @@
-//! Per-tenant ANN indexes. A tenant's filter is selective on the shared HNSW index (a tenant with 5% of the rows
-//! makes an iterative scan visit ~20 tuples per result, each checked against the heap), so every tenant above a
-//! size threshold gets a partial HNSW index of its own rows; the planner prefers it because it is smaller.
-//! Tenants below the threshold are searched exactly (the planner sorts their rows), which is faster for them.
-//! Index DDL needs the schema owner and runs outside a transaction (CONCURRENTLY), so this is an operator's job:
-//! `memory-admin ann-indexes`.
+//! Per-tenant ANN indexes. A tenant's filter is selective on an HNSW index over every row (a tenant with 5% of
+//! the rows makes an iterative scan visit ~20 tuples per result, each checked against the heap), so every tenant
+//! above a size threshold gets a partial HNSW index of its own rows, and there is no shared one (migration 0017).
+//! Tenants without one are searched exactly (`store::begin_vector_search` turns index scans off for them), which
+//! is faster for them and exact. Index DDL needs the schema owner and runs outside a transaction (CONCURRENTLY),
+//! so this is an operator's job: `memory-admin ann-indexes`.
 
 use sqlx::{Executor, PgPool};
 use uuid::Uuid;
