@@ -351,10 +351,8 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     tx.rollback().await.unwrap();
     assert!(large_plan.contains(&store::ann::index_name(large)), "{large_plan}");
     let mut tx = store::begin_vector_search(&db.admin, small, 10, 5_000).await.unwrap();
-    let index_scans: String = sqlx::query_scalar("SELECT current_setting('enable_indexscan')")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    let index_scans: String =
+        sqlx::query_scalar("SELECT current_setting('enable_indexscan')").fetch_one(&mut *tx).await.unwrap();
     let small_plan = plan(&mut tx, small).await;
     tx.rollback().await.unwrap();
     assert_eq!(index_scans, "off");

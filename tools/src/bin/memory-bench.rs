@@ -367,7 +367,9 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         e2e.push(ms(t));
         anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
 
-        for (k, probe, timings) in [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)] {
+        for (k, probe, timings) in
+            [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)]
+        {
             let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
             let t = Instant::now();
             raw_baseline(&db.app, &scope, &query, k).await?;
