@@ -63,7 +63,7 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
 }
 
 async fn create_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
-    // Same operator class and parameters as the shared index (migrations/0004).
+    // The operator class and parameters the shared index had (migrations/0004, dropped by 0017).
     let sql = format!(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memory USING hnsw (embedding vector_cosine_ops) \
          WITH (m = 16, ef_construction = 64) WHERE organization_id = '{organization_id}'",
