@@ -4,7 +4,7 @@ use pgvector::Vector;
 use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters};
+use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters, ann};
 use crate::domain::Memory;
 
 /// A memory found by a branch, with what the branch knows of its relevance.
@@ -75,10 +75,13 @@ pub async fn vector_branch(
         .push(") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
+    // The organisation and the limit as literals too: the statement is then the tenant's own, and its cached
+    // generic plan can pick the tenant's ANN index (see `begin_vector_search`).
+    qb.push(" AND ")
+        .push(ann::tenant_predicate(scope.organization_id))
+        .push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
         .push_bind(query.clone())
-        .push(" LIMIT ")
-        .push_bind(limit as i64);
+        .push(format_args!(" LIMIT {limit}"));
     let mut rows: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
     rows.sort_by(|a, b| {
@@ -125,7 +128,8 @@ pub struct KeywordSearch<'a> {
 struct KeywordRow {
     #[sqlx(flatten)]
     candidate: CandidateRow,
-    /// Whether the pass's bounds cut anything off (a term had more postings, or more memories matched, than read).
+    /// Whether the pass's bounds may have hidden a match (a selective term had more postings, or more memories
+    /// matched, than read).
     truncated: bool,
 }
 
@@ -133,8 +137,8 @@ struct KeywordRow {
 /// organisation's term statistics, best first. `keyword_score` is BM25 / (1 + BM25), in [0, 1).
 ///
 /// Scores come from `memory_posting` alone (index-only scans); only the best are joined to `memory` for the
-/// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds cut something off
-/// and it found fewer than `limit` rows, an exact pass reads everything. With metadata filters, which may reject
+/// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds may have hidden a
+/// match and it found fewer than `limit` rows, an exact pass reads everything. With metadata filters, which may reject
 /// most of a tenant, the exact pass runs directly.
 pub async fn keyword_branch(
     conn: &mut PgConnection,
@@ -223,7 +227,9 @@ async fn keyword_pass(
         .push_bind(bounds.ranked_before_filter)
         .push(") ");
     select_head(&mut qb, extras);
-    qb.push("coalesce((SELECT max(df) FROM weights) > ")
+    // Only a cut that can hide a memory counts: a selective term read partially, or the ranking cut. A common
+    // term read partially only lowers the scores of memories already found through a selective one.
+    qb.push("coalesce((SELECT max(df) FILTER (WHERE selective) FROM weights) > ")
         .push_bind(bounds.postings_per_term)
         .push(" OR (SELECT count(*) FROM ranked) >= ")
         .push_bind(bounds.ranked_before_filter)
