@@ -91,12 +91,7 @@ impl Retriever {
         sensitivity_gate: bool,
     ) -> crate::Result<ScopeFilter> {
         let read_scopes = match agent_id {
-            Some(agent_id) => {
-                let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
-                let scopes = store::agents::read_scopes(&mut *tx, organization_id, agent_id).await?;
-                tx.commit().await?;
-                scopes
-            }
+            Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,
             None => None,
         };
         Ok(build_scope_filter(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))

@@ -12,7 +12,7 @@ pub mod outbox;
 mod predicates;
 pub mod taxonomy;
 
-use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator, postgres::PgRow};
+use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
 use uuid::Uuid;
 
 pub use predicates::{ScopeFilter, SearchFilters};
@@ -48,18 +48,6 @@ fn settings_sql(organization_id: Uuid, settings: &[(&str, String)]) -> String {
 /// A setting's value as an SQL literal.
 fn literal(value: impl std::fmt::Display) -> String {
     format!("'{value}'")
-}
-
-/// Runs one parameterless read `statement` for an organisation in a single round trip: the setting and the
-/// statement travel as one simple-protocol message, which PostgreSQL runs as one implicit transaction, so the
-/// transaction-local organisation holds for the statement and for nothing after it. Returns its rows. The
-/// statement may only embed values formatted from typed ids, never caller text.
-async fn read_for_org(pool: &PgPool, organization_id: Uuid, statement: &str) -> sqlx::Result<Vec<PgRow>> {
-    let sql = format!("{}; {statement}", settings_sql(organization_id, &[]));
-    let mut rows = sqlx::raw_sql(&sql).fetch_all(pool).await?;
-    // The first row is set_config's.
-    rows.remove(0);
-    Ok(rows)
 }
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
