@@ -25,13 +25,6 @@ pub fn index_name(organization_id: Uuid) -> String {
     format!("memory_ann_{}", organization_id.simple())
 }
 
-/// The predicate over alias `m` that matches a tenant's index, with the organisation as a literal: a statement
-/// holding it has a generic plan of its own per tenant, which the planner can build on the tenant's index (a
-/// bound organisation would leave it no partial index to choose).
-pub fn tenant_predicate(organization_id: Uuid) -> String {
-    format!("m.organization_id = '{organization_id}'::uuid")
-}
-
 /// Organisations that have a tenant index now.
 pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
     let names: Vec<String> = sqlx::query_scalar(

@@ -4,7 +4,7 @@ use pgvector::Vector;
 use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters, ann};
+use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters};
 use crate::domain::Memory;
 
 /// A memory found by a branch, with what the branch knows of its relevance.
@@ -75,13 +75,10 @@ pub async fn vector_branch(
         .push(") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    // The organisation and the limit as literals too: the statement is then the tenant's own, and its cached
-    // generic plan can pick the tenant's ANN index (see `begin_vector_search`).
-    qb.push(" AND ")
-        .push(ann::tenant_predicate(scope.organization_id))
-        .push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
+    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
         .push_bind(query.clone())
-        .push(format_args!(" LIMIT {limit}"));
+        .push(" LIMIT ")
+        .push_bind(limit as i64);
     let mut rows: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
     rows.sort_by(|a, b| {

@@ -51,11 +51,10 @@ fn literal(value: impl std::fmt::Display) -> String {
 }
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows; a tenant with its own ANN index (see [`ann`]) is searched through it, any other exactly
-/// (index scans off: no index holds only its rows; the scope predicate's bitmap scans stay on); cached generic
-/// plans, because a statement naming the organisation as a literal ([`ann::tenant_predicate`]) is planned for
-/// that tenant alone, and planning costs a check of every tenant index's predicate (~6 µs each, 0.55 ms with 69
-/// indexes) per query; and a statement timeout so one slow branch cannot hold a request.
+/// `ef_search` rows; custom plans only, because the right plan depends on the organisation and a cached generic
+/// plan cannot know it; a tenant with its own ANN index (see [`ann`]) is searched through it, any other exactly
+/// (index scans off: the shared HNSW index would answer approximately, and slowly for a selective tenant; the
+/// scope predicate's bitmap scans stay on); and a statement timeout so one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
@@ -66,7 +65,7 @@ pub async fn begin_vector_search(
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
-        ("plan_cache_mode", literal("force_generic_plan")),
+        ("plan_cache_mode", literal("force_custom_plan")),
         ("enable_indexscan", format!("CASE WHEN to_regclass('{own_index}') IS NULL THEN 'off' ELSE 'on' END")),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];

@@ -462,12 +462,7 @@ async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usi
     let mut tx = store::begin_vector_search(pool, scope.organization_id, k, 5000).await?;
     let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
     scope.push_sql(&mut qb);
-    // Planned like the vector branch: the tenant's own statement, its generic plan cached.
-    qb.push(" AND ")
-        .push(store::ann::tenant_predicate(scope.organization_id))
-        .push(" ORDER BY m.embedding <=> ")
-        .push_bind(query.clone())
-        .push(format_args!(" LIMIT {k}"));
+    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
     let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids)
