@@ -3,7 +3,8 @@
 //! For each corpus size: a synthetic multi-tenant corpus (see `memory_tools::synthetic`) is COPY-loaded into a
 //! scratch database, the ANN and full-text indexes are built, and `--queries` queries measure the vector branch,
 //! the keyword branch, fusion + filter (RRF, taxonomy filter, ranking), `Retriever::query` end to end without the
-//! query embedding, and the raw baseline (one HNSW query with the same tenant filter), interleaved, each with
+//! query embedding and two of its parts (the context read; both branches run concurrently and fused, as Stage 1
+//! runs them), and the raw baseline (one HNSW query with the same tenant filter), interleaved, each with
 //! queries of its own. Filtered recall@10 is measured for a tenant holding about 1% of the rows. After the last
 //! size: HTTP throughput of the real retrieve server on loopback, MiniLM query-embedding latency, and the server's
 //! peak RSS.
@@ -25,7 +26,7 @@ use memory_core::{
     embed::{EmbedError, Embedder, MiniLm},
     retrieval::{
         RetrievalMode, RetrievalRequest, Retriever,
-        candidates::{self, Candidate},
+        candidates::{self, BranchSettings, Candidate},
         ranking,
         taxonomy::Taxonomy,
     },
@@ -81,6 +82,10 @@ struct SizeReport {
     keyword_ms: Percentiles,
     fusion_ms: Percentiles,
     e2e_ms: Percentiles,
+    /// What end to end is made of: the context read before the branches (read scopes, taxonomy), and Stage 1 as
+    /// the pipeline runs it (both branches concurrently, then fused).
+    context_ms: Percentiles,
+    branches_ms: Percentiles,
     baseline_ms: Percentiles,
     ratio_p95: f64,
     /// The raw query at the vector branch's depth (LIMIT and ef_search 100), and end to end against it.
@@ -237,7 +242,7 @@ async fn main() -> anyhow::Result<()> {
 fn print_row(r: &SizeReport) {
     println!(
         "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
-         e2e {:.2}/{:.2}/{:.2}  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} (raw at depth {:.2}/{:.2}/{:.2}, ratio {:.2}) | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
+         e2e {:.2}/{:.2}/{:.2} (context {:.2}/{:.2}/{:.2}, both branches {:.2}/{:.2}/{:.2})  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} (raw at depth {:.2}/{:.2}/{:.2}, ratio {:.2}) | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
         r.memories,
         r.vector_ms.p50,
         r.vector_ms.p95,
@@ -251,6 +256,12 @@ fn print_row(r: &SizeReport) {
         r.e2e_ms.p50,
         r.e2e_ms.p95,
         r.e2e_ms.p99,
+        r.context_ms.p50,
+        r.context_ms.p95,
+        r.context_ms.p99,
+        r.branches_ms.p50,
+        r.branches_ms.p95,
+        r.branches_ms.p99,
         r.baseline_ms.p50,
         r.baseline_ms.p95,
         r.baseline_ms.p99,
@@ -321,8 +332,9 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
     // the others have warmed for longer.
     let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
     let (branch_probes, e2e_probes) = (probe_set(0), probe_set(1));
-    let (raw_probes, raw_depth_probes) = (probe_set(2), probe_set(3));
-    let every = || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes);
+    let (raw_probes, raw_depth_probes, stage1_probes) = (probe_set(2), probe_set(3), probe_set(4));
+    let every =
+        || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes).chain(&stage1_probes);
     let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
     let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
     let scope_of = async |probe: &Probe| {
@@ -333,6 +345,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
 
     let (mut vector, mut keyword, mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut context, mut branches, mut taxonomy_matches) = (vec![], vec![], 0);
     let mut branch_rows = Vec::new();
     for i in 0..branch_probes.len() {
         let probe = &branch_probes[i];
@@ -367,6 +380,28 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         e2e.push(ms(t));
         anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
 
+        let probe = &stage1_probes[i];
+        let t = Instant::now();
+        let found = store::agents::retrieval_context(&db.app, probe.organization, Some(probe.agent)).await?;
+        context.push(ms(t));
+        // The extras the pipeline asks for: taxonomy tags only when the query names a taxonomy node.
+        let names_a_node = !Taxonomy::new(found.taxonomy).classify_by_rules(&probe.text).is_empty();
+        taxonomy_matches += usize::from(names_a_node);
+        let stage1 = BranchSettings {
+            depth,
+            limit,
+            text_search_config: "memory_text",
+            statement_timeout_ms: 5000,
+            run_vector: true,
+            run_keyword: true,
+            extras: CandidateExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles },
+        };
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+        let t = Instant::now();
+        let set = candidates::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &stage1).await?;
+        branches.push(ms(t));
+        anyhow::ensure!(set.degraded_reasons.is_empty(), "degraded stage 1: {:?}", set.degraded_reasons);
+
         for (k, probe, timings) in
             [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)]
         {
@@ -378,6 +413,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         bar.inc(1);
     }
     bar.finish_and_clear();
+    eprintln!("{taxonomy_matches} of {} Stage 1 queries named a taxonomy node", stage1_probes.len());
 
     let mut fusion = vec![];
     for (probe, (vector_rows, keyword_rows)) in branch_probes.iter().zip(branch_rows) {
@@ -409,6 +445,8 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
         ratio_p95: e2e_ms.p95 / baseline_ms.p95,
         ratio_depth_p95: e2e_ms.p95 / baseline_depth_ms.p95,
         e2e_ms,
+        context_ms: timed(&context),
+        branches_ms: timed(&branches),
         baseline_ms,
         baseline_depth_ms,
         filtered_recall_at_10,
