@@ -88,7 +88,7 @@ struct SizeReport {
     branches_ms: Percentiles,
     baseline_ms: Percentiles,
     ratio_p95: f64,
-    /// The raw query at the vector branch's depth (LIMIT and ef_search 100), and end to end against it.
+    /// The raw query at the vector branch's depth (its LIMIT and ef_search), and end to end against it.
     baseline_depth_ms: Percentiles,
     ratio_depth_p95: f64,
     filtered_recall_at_10: f64,
