@@ -90,6 +90,7 @@ impl Retriever {
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
     ) -> crate::Result<ScopeFilter> {
+        // The context read is one prepared round trip; the small taxonomy it also returns is not needed here.
         let read_scopes = match agent_id {
             Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,
             None => None,
