@@ -164,6 +164,14 @@ impl Fixture {
         self.new.created_at = Some(at);
         self
     }
+    pub fn trust(mut self, level: memory_core::domain::TrustLevel) -> Self {
+        self.new.provenance.trust_level = level;
+        self
+    }
+    pub fn status(mut self, status: memory_core::domain::MemoryStatus) -> Self {
+        self.new.status = status;
+        self
+    }
     pub fn memory_type(mut self, t: MemoryType) -> Self {
         self.new.memory_type = t;
         self
@@ -189,6 +197,29 @@ impl Fixture {
         tx.commit().await.expect("commit");
         memory
     }
+}
+
+/// The number of outbox events of each type in an organisation, as `(type, count)` sorted by type.
+pub async fn outbox_counts(db: &Db, org: Uuid) -> Vec<(String, i64)> {
+    let mut tx = store::begin_for_org(&db.admin, org).await.expect("begin");
+    sqlx::query_as(
+        "SELECT event_type, count(*) FROM domain_event_outbox WHERE organization_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(org)
+    .fetch_all(&mut *tx)
+    .await
+    .expect("outbox counts")
+}
+
+/// Makes every memory mention one entity (created by name) and returns the entity's id.
+pub async fn mention_all(db: &Db, org: Uuid, entity: &str, memories: &[&Memory]) -> Uuid {
+    let mut tx = store::begin_for_org(&db.admin, org).await.expect("begin");
+    let entity = store::entities::upsert(&mut *tx, org, "service", entity).await.expect("entity");
+    for m in memories {
+        store::entities::add_mention(&mut *tx, org, entity, m.id).await.expect("mention");
+    }
+    tx.commit().await.expect("commit");
+    entity
 }
 
 /// Gives an agent a profile with these read scopes.

@@ -20,8 +20,20 @@ pub enum Error {
     Llm(#[from] crate::llm::LlmError),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// The state a job meant to change had changed under it; retrying sees the new state.
+    #[error("conflict: {0}")]
+    Conflict(String),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
+}
+
+impl From<crate::store::transitions::TransitionError> for Error {
+    fn from(e: crate::store::transitions::TransitionError) -> Self {
+        match e {
+            crate::store::transitions::TransitionError::Conflict(c) => Self::Conflict(c.0),
+            crate::store::transitions::TransitionError::Database(d) => Self::Database(d),
+        }
+    }
 }
 
 impl Error {

@@ -20,6 +20,8 @@ pub struct Services {
     /// None when `MEMORY_LLM=none`.
     pub llm: Option<Arc<dyn Llm>>,
     pub llm_timeout: Duration,
+    /// How long a background job waits for one model call (`MEMORY_WORKER_MODEL_TIMEOUT_MS`, default 30 s).
+    pub worker_model_timeout: Duration,
 }
 
 impl Services {
@@ -51,7 +53,15 @@ impl Services {
             }
             LlmConfig::Disabled => (None, Duration::from_secs(2)),
         };
-        Ok(Self { pool, embedder, llm, llm_timeout })
+        let worker_model_timeout =
+            Duration::from_millis(crate::config::parsed_or("MEMORY_WORKER_MODEL_TIMEOUT_MS", 30_000)?);
+        Ok(Self { pool, embedder, llm, llm_timeout, worker_model_timeout })
+    }
+
+    /// The models of a background job: the language model (required), the embedder, the worker timeout.
+    pub fn job_models(&self) -> anyhow::Result<crate::lifecycle::Models> {
+        Ok(crate::lifecycle::Models::new(self.require_llm()?, Some(self.embedder.clone()))
+            .with_timeout(self.worker_model_timeout))
     }
 
     /// The language model, for functions that cannot work without one.

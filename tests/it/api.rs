@@ -116,7 +116,7 @@ async fn search_memory_and_chain_endpoints_answer(opts: PgPoolOptions, conn: PgC
     let old = memory(org, "probe query old").embedding(axis(0)).insert(&db).await;
     let new = memory(org, "probe query new").embedding(axis(0)).insert(&db).await;
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    store::memories::supersede(&mut *tx, org, old.id, new.id).await.unwrap();
+    store::transitions::supersede(&mut tx, org, old.id, new.id, "test").await.unwrap();
     tx.commit().await.unwrap();
     let api = Api::new(&db);
     let t = token(org, None, None);

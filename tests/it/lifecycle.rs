@@ -108,10 +108,14 @@ async fn five_mentions_trigger_an_entity_profile_linked_from_the_entity(opts: Pg
         store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
         tx.commit().await.unwrap();
     }
-    let profile = synthesizer.synthesize_if_due(&db.app, org, entity).await.unwrap().expect("synthesised at 5");
+    let synthesis = synthesizer.synthesize_if_due(&db.app, org, entity).await.unwrap().expect("synthesised at 5");
+    // The project's readers read all five sources; the org's readers only the four org-wide ones.
+    assert_eq!(synthesis.profiles.len(), 2);
+    let profile = synthesis.primary().unwrap();
     assert_eq!(profile.profile.memory_type, MemoryType::EntityProfile);
     assert_eq!(profile.profile.scope, Scope::Project);
     assert_eq!(profile.profile.project_id, Some(project));
+    assert_eq!(synthesis.profiles[1].profile.scope, Scope::Org);
 
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     let stored = store::entities::get(&mut *tx, org, entity).await.unwrap().unwrap();
@@ -119,11 +123,18 @@ async fn five_mentions_trigger_an_entity_profile_linked_from_the_entity(opts: Pg
     assert_eq!(stored.synthesis_memory_id, Some(profile.profile.id));
     assert_eq!(synthesizer.get_profile(&db.app, org, entity).await.unwrap().unwrap().id, profile.profile.id);
 
-    // A second synthesis supersedes the first profile.
+    // Unchanged sources: nothing is written again. A new source: the partitions it reaches get a new profile
+    // that supersedes their previous one.
+    assert_eq!(synthesizer.synthesize_profile(&db.app, org, entity).await.unwrap().written, 0);
+    let m = memory(org, "billing-api fact 5").insert(&db).await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    tx.commit().await.unwrap();
     let again = synthesizer.synthesize_profile(&db.app, org, entity).await.unwrap();
+    assert_eq!(again.written, 2);
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     let first = store::memories::get(&mut *tx, org, profile.profile.id).await.unwrap().unwrap();
-    assert_eq!(first.superseded_by, Some(again.profile.id));
+    assert_eq!(first.superseded_by, Some(again.primary().unwrap().profile.id));
 }
 
 mod contradiction {
@@ -271,9 +282,10 @@ mod file_scan {
         let org = Uuid::now_v7();
         let project = Uuid::now_v7();
         let root = std::env::temp_dir().join(format!("file-scan-{}", Uuid::now_v7()));
-        std::fs::create_dir_all(root.join(project.to_string()).join("docs")).unwrap();
-        std::fs::write(root.join(project.to_string()).join("docs/deploy.md"), "Deploy with make release.").unwrap();
-        std::fs::write(root.join(project.to_string()).join("README.md"), "Version 2 of the readme.").unwrap();
+        let repository = root.join(org.to_string()).join(project.to_string());
+        std::fs::create_dir_all(repository.join("docs")).unwrap();
+        std::fs::write(repository.join("docs/deploy.md"), "Deploy with make release.").unwrap();
+        std::fs::write(repository.join("README.md"), "Version 2 of the readme.").unwrap();
 
         let file_memory = |path: &str, content: &str| {
             let mut m = memory(org, content).project(project).scope(memory_core::domain::Scope::Project);

@@ -392,6 +392,6 @@ async fn entity_profiles_of_returned_memories_come_with_the_result(opts: PgPoolO
     let result = retriever(&db, probe_embedder(), None).query(req).await.unwrap();
     assert_eq!(ids(&result), vec![m.id]);
     assert_eq!(result.entity_profiles.len(), 1);
-    assert_eq!(result.entity_profiles[0].profile.id, profile.profile.id);
+    assert_eq!(result.entity_profiles[0].profile.id, profile.primary().unwrap().profile.id);
     assert_eq!(result.entity_profiles[0].name, "billing-api");
 }

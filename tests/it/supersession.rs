@@ -17,7 +17,7 @@ async fn chain(db: &Db, org: Uuid, links: usize) -> Vec<Memory> {
     }
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     for pair in memories.windows(2) {
-        store::memories::supersede(&mut *tx, org, pair[0].id, pair[1].id).await.unwrap();
+        store::transitions::supersede(&mut tx, org, pair[0].id, pair[1].id, "test").await.unwrap();
     }
     tx.commit().await.unwrap();
     memories

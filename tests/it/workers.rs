@@ -44,7 +44,7 @@ async fn a_mixed_batch_reports_exactly_the_messages_that_failed(opts: PgPoolOpti
             format!(r#"{{"organization_id":"{org}","pairs":[{{"a":"{}","b":"{}"}}]}}"#, a.id, Uuid::now_v7()),
         ),
     ];
-    let response = sqs_worker::process(&worker(&db), event).await.unwrap();
+    let response = sqs_worker::process(&worker(&db), None, event).await.unwrap();
     let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
     assert_eq!(failed, vec!["malformed", "wrong-shape", "unknown-memory"]);
 
@@ -67,7 +67,7 @@ async fn a_job_without_pairs_claims_the_deferred_pairs(opts: PgPoolOptions, conn
     // The real-shaped sample event names this organisation and no pairs.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/sqs-dedup-review.json");
     let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let response = sqs_worker::process(&worker(&db), event).await.unwrap();
+    let response = sqs_worker::process(&worker(&db), None, event).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
 
     let (first, second) = if a.id < b.id { (a.id, b.id) } else { (b.id, a.id) };
@@ -90,5 +90,5 @@ async fn a_record_without_a_message_id_fails_the_whole_batch() {
     let mut record = message("x", "{}".into());
     record.message_id = None;
     event.records = vec![record];
-    assert!(sqs_worker::process(&worker, event).await.is_err());
+    assert!(sqs_worker::process(&worker, None, event).await.is_err());
 }

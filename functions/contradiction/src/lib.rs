@@ -18,12 +18,16 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        Ok(Self { pool: services.pool.clone(), detector: ContradictionDetector::new(services.require_llm()?) })
+        Ok(Self { pool: services.pool.clone(), detector: ContradictionDetector::with_models(services.job_models()?) })
     }
 }
 
 impl sqs_worker::JobHandler for Worker {
     type Job = ContradictionCheckJob;
+
+    fn organization_id(job: &ContradictionCheckJob) -> Uuid {
+        job.organization_id
+    }
 
     async fn handle(&self, job: ContradictionCheckJob) -> anyhow::Result<()> {
         self.detector.check(&self.pool, job.organization_id, job.memory_id).await?;

@@ -4,5 +4,5 @@
 async fn main() -> Result<(), lambda_runtime::Error> {
     memory_core::telemetry::init();
     let services = memory_core::services::Services::from_env().await?;
-    sqs_worker::run(contradiction::Worker::new(&services)?).await
+    sqs_worker::run(contradiction::Worker::new(&services)?, services.pool.clone()).await
 }

@@ -38,10 +38,7 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        Ok(Self {
-            pool: services.pool.clone(),
-            deduper: Deduper::new(services.require_llm()?, Some(services.embedder.clone())),
-        })
+        Ok(Self { pool: services.pool.clone(), deduper: Deduper::with_models(services.job_models()?) })
     }
 
     pub fn with(pool: PgPool, deduper: Deduper) -> Self {
@@ -51,6 +48,10 @@ impl Worker {
 
 impl sqs_worker::JobHandler for Worker {
     type Job = DedupReviewJob;
+
+    fn organization_id(job: &DedupReviewJob) -> Uuid {
+        job.organization_id
+    }
 
     async fn handle(&self, job: DedupReviewJob) -> anyhow::Result<()> {
         if job.pairs.is_empty() {

@@ -1,13 +1,13 @@
 //! The file-scan worker: scans one organisation's file-backed memories against the checked-out repositories
-//! under `MEMORY_REPOS_DIR` (`<dir>/<project_id>/<path>`). A scan with unreadable files fails the message, so it is
-//! retried (scans are idempotent: unchanged files change nothing).
+//! under `MEMORY_REPOS_DIR` (`<dir>/<organization_id>/<project_id>/<path>`, files up to `MEMORY_FILE_MAX_BYTES`).
+//! A file that cannot be read is recorded on its memory, not retried: only a database failure fails the message.
 
 use std::sync::Arc;
 
 use memory_core::{
     config,
     db::PgPool,
-    lifecycle::file_scan::{DirectoryReader, FileScanner},
+    lifecycle::file_scan::{DEFAULT_MAX_FILE_BYTES, DirectoryReader, FileScanner},
     services::Services,
 };
 use serde::Deserialize;
@@ -26,18 +26,24 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?));
-        Ok(Self { pool: services.pool.clone(), scanner: FileScanner::new(reader, Some(services.embedder.clone())) })
+        let max_bytes = config::parsed_or("MEMORY_FILE_MAX_BYTES", DEFAULT_MAX_FILE_BYTES)?;
+        let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?).with_max_bytes(max_bytes));
+        let scanner =
+            FileScanner::new(reader, Some(services.embedder.clone())).with_timeout(services.worker_model_timeout);
+        Ok(Self { pool: services.pool.clone(), scanner })
     }
 }
 
 impl sqs_worker::JobHandler for Worker {
     type Job = FileScanJob;
 
+    fn organization_id(job: &FileScanJob) -> Uuid {
+        job.organization_id
+    }
+
     async fn handle(&self, job: FileScanJob) -> anyhow::Result<()> {
         let report = self.scanner.scan(&self.pool, job.organization_id).await?;
         tracing::info!(organization_id = %job.organization_id, ?report, "file scan finished");
-        anyhow::ensure!(report.failed == 0, "{} file-backed memories could not be read", report.failed);
         Ok(())
     }
 }

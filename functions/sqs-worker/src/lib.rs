@@ -1,23 +1,34 @@
 //! The SQS edge of the worker functions. Each message body is parsed into the worker's job type and handed to
 //! its handler; every message that fails (malformed body or handler error) is reported as a batch item failure,
-//! so SQS retries it and finally moves it to the dead-letter queue. Nothing is acknowledged unapplied.
+//! so SQS retries it and finally moves it to the dead-letter queue. Nothing is acknowledged unapplied. After a
+//! message is applied, the domain events its transactions wrote are relayed to the event bus; events the bus
+//! does not take wait in the outbox for the scheduled sweep (the message is not failed for them).
 
 use std::{future::Future, sync::Arc};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
+use memory_core::lifecycle::outbox::OutboxRelay;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
+use uuid::Uuid;
 
 /// A worker: what its messages look like and how one is applied.
 pub trait JobHandler: Send + Sync + 'static {
     type Job: DeserializeOwned + Send;
 
+    /// The organisation a job works in (whose outbox is relayed after it).
+    fn organization_id(job: &Self::Job) -> Uuid;
+
     fn handle(&self, job: Self::Job) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// Applies every message of a batch; the response names those that failed.
-pub async fn process<H: JobHandler>(handler: &H, event: SqsEvent) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+pub async fn process<H: JobHandler>(
+    handler: &H,
+    relay: Option<&OutboxRelay>,
+    event: SqsEvent,
+) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let mut response = SqsBatchResponse::default();
     for record in event.records {
         // Without an id a failure cannot be reported per message: fail the whole batch instead.
@@ -26,7 +37,14 @@ pub async fn process<H: JobHandler>(handler: &H, event: SqsEvent) -> Result<SqsB
         let outcome = async {
             let body = record.body.as_deref().unwrap_or_default();
             let job: H::Job = serde_json::from_str(body).map_err(|e| anyhow::anyhow!("malformed message body: {e}"))?;
-            handler.handle(job).await
+            let organization_id = H::organization_id(&job);
+            handler.handle(job).await?;
+            if let Some(relay) = relay
+                && let Err(error) = relay.flush(organization_id).await
+            {
+                tracing::warn!(error = %error, "domain events left in the outbox for the scheduled sweep");
+            }
+            Ok::<_, anyhow::Error>(())
         }
         .instrument(span.clone())
         .await;
@@ -40,12 +58,13 @@ pub async fn process<H: JobHandler>(handler: &H, event: SqsEvent) -> Result<SqsB
     Ok(response)
 }
 
-/// Runs the worker under the Lambda runtime.
-pub async fn run<H: JobHandler>(handler: H) -> Result<(), lambda_runtime::Error> {
+/// Runs the worker under the Lambda runtime, relaying its events to the bus named by `MEMORY_EVENT_BUS`.
+pub async fn run<H: JobHandler>(handler: H, pool: memory_core::db::PgPool) -> Result<(), lambda_runtime::Error> {
     let handler = Arc::new(handler);
+    let relay = Arc::new(outbox_relay::relay_from_env(pool).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
-        let handler = handler.clone();
-        async move { process(handler.as_ref(), event.payload).await }
+        let (handler, relay) = (handler.clone(), relay.clone());
+        async move { process(handler.as_ref(), Some(relay.as_ref()), event.payload).await }
     }))
     .await
 }

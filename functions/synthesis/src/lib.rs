@@ -21,13 +21,17 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        let synthesizer = EntitySynthesizer::new(services.require_llm()?, Some(services.embedder.clone()));
+        let synthesizer = EntitySynthesizer::with_models(services.job_models()?);
         Ok(Self { pool: services.pool.clone(), synthesizer })
     }
 }
 
 impl sqs_worker::JobHandler for Worker {
     type Job = EntitySynthesisJob;
+
+    fn organization_id(job: &EntitySynthesisJob) -> Uuid {
+        job.organization_id
+    }
 
     async fn handle(&self, job: EntitySynthesisJob) -> anyhow::Result<()> {
         if job.force {

@@ -2,12 +2,14 @@
 
 #[macro_use]
 mod text_enum;
+pub mod readership;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+pub use readership::Readership;
 pub use text_enum::UnknownVariant;
 
 text_enum! {
@@ -100,6 +102,8 @@ pub struct Memory {
     pub file_path: Option<String>,
     pub content_hash: Option<String>,
     pub file_last_scanned_at: Option<DateTime<Utc>>,
+    /// Why the last scan could not read the file (None when it could).
+    pub file_scan_error: Option<String>,
     #[sqlx(flatten)]
     pub provenance: Provenance,
     pub tags: Vec<String>,

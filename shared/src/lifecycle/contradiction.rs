@@ -7,7 +7,10 @@
 //! - otherwise the existing memory loses 0.1 confidence (archived when it reaches 0) and so does the new one;
 //!   a new memory left below 0.2 stays (or becomes) a candidate instead of being promoted to active.
 //!
-//! Each pair is recorded once, so a redelivered job changes nothing twice.
+//! A new memory supersedes or lowers an existing one only if it reaches every one of that memory's readers and its
+//! trust allows it (see [`crate::domain::readership`]); otherwise the effect is held for review. Each pair is
+//! recorded once, in the transaction that applies its effect, so a redelivered job changes nothing twice; the
+//! model is called between a reading transaction and the applying one, never inside either.
 
 use std::sync::Arc;
 
@@ -15,10 +18,14 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Models;
 use crate::{
-    domain::{Memory, MemoryStatus},
+    domain::{
+        Memory, MemoryStatus,
+        readership::{forbids_lowering, forbids_replacing},
+    },
     llm::{InvocationPurpose, Llm, LlmError, LlmRequest, parse_json},
-    store,
+    store::{self, transitions},
 };
 
 /// Lower bound of the cosine band screened for contradictions.
@@ -35,7 +42,7 @@ pub const PROMOTION_CONFIDENCE: f64 = 0.2;
 const MAX_CANDIDATES: i64 = 10;
 
 pub struct ContradictionDetector {
-    llm: Arc<dyn Llm>,
+    models: Models,
 }
 
 #[derive(Deserialize)]
@@ -51,14 +58,18 @@ struct Relation {
 
 impl ContradictionDetector {
     pub fn new(llm: Arc<dyn Llm>) -> Self {
-        Self { llm }
+        Self { models: Models::new(llm, None) }
     }
 
-    /// Checks `memory_id` against existing memories, applies the confidence rules, and returns the existing
-    /// memories it contradicts (as they were before the changes).
+    pub fn with_models(models: Models) -> Self {
+        Self { models }
+    }
+
+    /// Checks `memory_id` against existing memories, applies the confidence rules, settles the new memory (active,
+    /// or candidate below 0.2), and returns the existing memories it contradicts (as they were before the changes).
     pub async fn check(&self, pool: &PgPool, organization_id: Uuid, memory_id: Uuid) -> crate::Result<Vec<Memory>> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let new = store::contradiction::lock_memory(&mut tx, organization_id, memory_id)
+        let new = store::memories::get(&mut *tx, organization_id, memory_id)
             .await?
             .ok_or(crate::Error::NotFound { kind: "memory", id: memory_id })?;
         let candidates = store::contradiction::unreviewed_candidates(
@@ -70,74 +81,50 @@ impl ContradictionDetector {
             MAX_CANDIDATES,
         )
         .await?;
-        if candidates.is_empty() {
-            self.settle(&mut tx, &new, new.confidence).await?;
-            tx.commit().await?;
+        tx.commit().await?;
+        let relations = if candidates.is_empty() { Vec::new() } else { self.classify(&new, &candidates).await? };
+
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        let Some(new) = transitions::lock(&mut tx, organization_id, &[memory_id]).await?.pop() else {
+            return Err(crate::Error::NotFound { kind: "memory", id: memory_id });
+        };
+        if !matches!(new.status, MemoryStatus::Candidate | MemoryStatus::Active) {
             return Ok(Vec::new());
         }
-
-        let relations = self.classify(&new, &candidates).await?;
         let mut contradicted = Vec::new();
         let mut new_confidence = new.confidence;
         for (candidate, relation) in candidates.iter().zip(relations) {
-            let existing = &candidate.memory;
-            if !store::contradiction::record(&mut *tx, organization_id, new.id, existing.id, &relation).await?
-                || relation != "contradictory"
-            {
+            let first_review =
+                store::contradiction::record(&mut *tx, organization_id, new.id, candidate.memory.id, &relation).await?;
+            if !first_review || relation != "contradictory" {
+                continue;
+            }
+            let Some(existing) = transitions::lock(&mut tx, organization_id, &[candidate.memory.id]).await?.pop()
+            else {
+                continue;
+            };
+            if existing.status != MemoryStatus::Active {
                 continue;
             }
             if new.confidence > SUPERSEDE_CONFIDENCE {
-                store::memories::supersede(&mut *tx, organization_id, existing.id, new.id).await?;
-                let payload = serde_json::json!({ "memory_id": existing.id, "superseded_by": new.id });
-                store::outbox::append(&mut *tx, organization_id, "memory.superseded", payload).await?;
+                match forbids_replacing(&new, &existing) {
+                    None => {
+                        transitions::supersede(&mut tx, organization_id, existing.id, new.id, "contradicted").await?
+                    }
+                    Some(why) => hold(&mut tx, "supersede", &existing, &new, &why).await?,
+                }
             } else {
-                let lowered = (existing.confidence - PENALTY).max(0.0);
-                if lowered < 1e-9 {
-                    store::memories::set_confidence_and_status(
-                        &mut *tx,
-                        organization_id,
-                        existing.id,
-                        0.0,
-                        existing.status,
-                    )
-                    .await?;
-                    store::memories::archive(&mut *tx, organization_id, existing.id).await?;
-                    let payload = serde_json::json!({ "memory_id": existing.id, "reason": "contradicted" });
-                    store::outbox::append(&mut *tx, organization_id, "memory.archived", payload).await?;
-                } else {
-                    store::memories::set_confidence_and_status(
-                        &mut *tx,
-                        organization_id,
-                        existing.id,
-                        lowered,
-                        existing.status,
-                    )
-                    .await?;
+                match forbids_lowering(&new, &existing) {
+                    None => lower(&mut tx, &existing).await?,
+                    Some(why) => hold(&mut tx, "lower_confidence", &existing, &new, &why).await?,
                 }
                 new_confidence -= PENALTY;
             }
-            contradicted.push(existing.clone());
+            contradicted.push(candidate.memory.clone());
         }
-        self.settle(&mut tx, &new, new_confidence).await?;
+        settle(&mut tx, &new, new_confidence).await?;
         tx.commit().await?;
         Ok(contradicted)
-    }
-
-    /// Writes the new memory's confidence and promotes it to active, or keeps it a candidate below 0.2.
-    async fn settle(&self, tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> crate::Result<()> {
-        let confidence = confidence.max(0.0);
-        let status = match new.status {
-            MemoryStatus::Candidate | MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => {
-                MemoryStatus::Candidate
-            }
-            MemoryStatus::Candidate | MemoryStatus::Active => MemoryStatus::Active,
-            other => other,
-        };
-        if status != new.status || (confidence - new.confidence).abs() > f64::EPSILON {
-            store::memories::set_confidence_and_status(&mut *tx, new.organization_id, new.id, confidence, status)
-                .await?;
-        }
-        Ok(())
     }
 
     async fn classify(
@@ -148,7 +135,7 @@ impl ContradictionDetector {
         let listing: String =
             candidates.iter().enumerate().map(|(i, c)| format!("Existing {i}: {}\n", c.memory.content)).collect();
         let answer = self
-            .llm
+            .models
             .complete(LlmRequest {
                 purpose: InvocationPurpose::MemoryContradiction,
                 system: "Compare the new memory with each existing memory. Label each pair contradictory (both \
@@ -175,4 +162,42 @@ impl ContradictionDetector {
             })
             .collect()
     }
+}
+
+/// The contradicted memory loses [`PENALTY`] confidence and is archived when none is left.
+async fn lower(tx: &mut sqlx::PgConnection, existing: &Memory) -> crate::Result<()> {
+    let org = existing.organization_id;
+    let lowered = (existing.confidence - PENALTY).max(0.0);
+    transitions::change_confidence(&mut *tx, org, existing.id, existing.confidence, lowered, "contradicted").await?;
+    if lowered < 1e-9 {
+        transitions::archive(&mut *tx, org, existing.id, "contradicted").await?;
+    }
+    Ok(())
+}
+
+/// Writes the new memory's confidence and promotes it to active, or keeps (returns) it a candidate below 0.2.
+async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> crate::Result<()> {
+    let org = new.organization_id;
+    let confidence = confidence.max(0.0);
+    transitions::change_confidence(&mut *tx, org, new.id, new.confidence, confidence, "contradiction").await?;
+    match new.status {
+        MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {
+            transitions::promote(&mut *tx, org, new.id).await?
+        }
+        MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Holds a contradiction's effect on `existing` for review.
+async fn hold(
+    tx: &mut sqlx::PgConnection,
+    action: &str,
+    existing: &Memory,
+    new: &Memory,
+    why: &str,
+) -> crate::Result<()> {
+    store::review::hold(&mut *tx, new.organization_id, "contradiction", action, existing.id, new.id, why).await?;
+    Ok(())
 }

@@ -1,5 +1,13 @@
 //! LLM cluster dedup: near-duplicate pairs (cosine ≥ 0.88, screened at extraction) reviewed by the model in
-//! batches of at most ten, each decision applied in one transaction with its outbox events.
+//! batches of at most ten.
+//!
+//! A review reads the pairs (or leases the next deferred ones), asks the model with no transaction open, writes
+//! merged texts and their embeddings, then applies each pair's decision in its own transaction, which locks the
+//! pair and both memories and re-checks them: a pair decided meanwhile is skipped, a memory no longer active makes
+//! the pair moot. A merge needs both memories to have the same readers; a supersession needs the winner to reach
+//! every reader of the loser and to be trusted at least as much (see [`crate::domain::readership`]). A decision
+//! that breaks a rule is recorded as `keep_both` with the reason, and a forbidden supersession is also held for
+//! review.
 
 use std::sync::Arc;
 
@@ -7,15 +15,22 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Models;
 use crate::{
-    domain::{DedupDecision, Memory, NewMemory, SourceKind},
+    domain::{
+        DedupDecision, Memory, NewMemory, Readership, SourceKind,
+        readership::{derived_trust, forbids_replacing, forbids_trust},
+    },
     embed::Embedder,
     llm::{InvocationPurpose, Llm, LlmError, LlmRequest, parse_json},
-    store,
+    store::{self, transitions},
 };
 
 /// Pairs reviewed per model call.
 pub const PAIRS_PER_CALL: usize = 10;
+
+/// How long a leased deferred pair is reserved for one reviewer.
+const LEASE_MS: i64 = 5 * 60 * 1000;
 
 /// Two memories suspected to say the same thing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,8 +40,7 @@ pub struct DedupPair {
 }
 
 pub struct Deduper {
-    llm: Arc<dyn Llm>,
-    embedder: Option<Arc<dyn Embedder>>,
+    models: Models,
 }
 
 #[derive(Deserialize)]
@@ -40,47 +54,101 @@ struct Verdict {
     decision: DedupDecision,
 }
 
+/// What the model decided for a pair, with the merged memory prepared when it decided `merge`.
+struct Proposal {
+    a: Memory,
+    b: Memory,
+    decision: DedupDecision,
+    /// Why the decision is not the model's (a rule forbade every action).
+    reason: Option<String>,
+    merged: Option<NewMemory>,
+}
+
 impl Deduper {
     /// `embedder` embeds merged memories (without one they are stored unembedded).
     pub fn new(llm: Arc<dyn Llm>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Self { llm, embedder }
+        Self { models: Models::new(llm, embedder) }
     }
 
-    /// Reviews the pairs of one organisation and applies the decisions, one transaction per model call.
-    pub async fn review_cluster(&self, pool: &PgPool, organization_id: Uuid, pairs: &[DedupPair]) -> crate::Result<()> {
+    pub fn with_models(models: Models) -> Self {
+        Self { models }
+    }
+
+    /// Reviews the named pairs of one organisation (pairs already decided are skipped); returns how many were
+    /// decided by this call.
+    pub async fn review_cluster(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        pairs: &[DedupPair],
+    ) -> crate::Result<usize> {
+        let mut decided = 0;
         for batch in pairs.chunks(PAIRS_PER_CALL) {
-            let mut tx = store::begin_for_org(pool, organization_id).await?;
-            self.review_batch(&mut tx, organization_id, batch).await?;
-            tx.commit().await?;
+            decided += self.review(pool, organization_id, batch).await?;
         }
-        Ok(())
+        Ok(decided)
     }
 
-    /// Claims up to one model call's worth of deferred pairs (other workers skip them) and reviews them in the
-    /// same transaction; returns how many were reviewed.
+    /// Leases up to one model call's worth of deferred pairs (other reviewers skip them) and reviews them;
+    /// returns how many were decided.
     pub async fn review_deferred(&self, pool: &PgPool, organization_id: Uuid) -> crate::Result<usize> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let claimed = store::dedup::claim_deferred(&mut tx, organization_id, PAIRS_PER_CALL as i64).await?;
-        let pairs: Vec<DedupPair> = claimed.iter().map(|p| DedupPair { a: p.memory_a_id, b: p.memory_b_id }).collect();
-        if !pairs.is_empty() {
-            self.review_batch(&mut tx, organization_id, &pairs).await?;
-        }
+        let leased = store::dedup::lease_deferred(&mut tx, organization_id, PAIRS_PER_CALL as i64, LEASE_MS).await?;
         tx.commit().await?;
-        Ok(pairs.len())
+        let pairs: Vec<DedupPair> = leased.iter().map(|p| DedupPair { a: p.memory_a_id, b: p.memory_b_id }).collect();
+        if pairs.is_empty() {
+            return Ok(0);
+        }
+        self.review(pool, organization_id, &pairs).await
     }
 
-    async fn review_batch(
+    async fn review(&self, pool: &PgPool, organization_id: Uuid, batch: &[DedupPair]) -> crate::Result<usize> {
+        let open = self.read_open_pairs(pool, organization_id, batch).await?;
+        // Where neither memory may replace the other there is nothing to ask the model: the pair is kept.
+        let (ask, kept): (Vec<_>, Vec<_>) =
+            open.into_iter().partition(|(a, b)| forbids_replacing(a, b).is_none() || forbids_replacing(b, a).is_none());
+        let mut proposals: Vec<Proposal> = kept
+            .into_iter()
+            .map(|(a, b)| {
+                let reason = forbids_replacing(&a, &b);
+                Proposal { a, b, decision: DedupDecision::KeepBoth, reason, merged: None }
+            })
+            .collect();
+        if !ask.is_empty() {
+            for ((a, b), decision) in ask.iter().zip(self.classify(&ask).await?) {
+                let merged = match decision {
+                    DedupDecision::Merge if merge_forbidden(a, b).is_none() => Some(self.merged(a, b).await?),
+                    _ => None,
+                };
+                proposals.push(Proposal { a: a.clone(), b: b.clone(), decision, reason: None, merged });
+            }
+        }
+        let mut decided = 0;
+        for proposal in proposals {
+            decided += usize::from(self.apply(pool, organization_id, proposal).await?);
+        }
+        Ok(decided)
+    }
+
+    /// The pairs of `batch` not decided yet, with their memories.
+    async fn read_open_pairs(
         &self,
-        tx: &mut sqlx::PgConnection,
+        pool: &PgPool,
         organization_id: Uuid,
         batch: &[DedupPair],
-    ) -> crate::Result<()> {
-        let mut loaded = Vec::new();
+    ) -> crate::Result<Vec<(Memory, Memory)>> {
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        let mut open = Vec::new();
         for pair in batch {
+            let (first, second) = if pair.a < pair.b { (pair.a, pair.b) } else { (pair.b, pair.a) };
+            let decision = store::dedup::decision(&mut *tx, organization_id, first, second).await?;
+            if decision.is_some_and(|d| d != DedupDecision::Deferred) {
+                continue;
+            }
             let a = store::memories::get(&mut *tx, organization_id, pair.a).await?;
             let b = store::memories::get(&mut *tx, organization_id, pair.b).await?;
             match (a, b) {
-                (Some(a), Some(b)) => loaded.push((a, b)),
+                (Some(a), Some(b)) => open.push((a, b)),
                 _ => {
                     return Err(crate::Error::validation(format!(
                         "pair {} / {} names an unknown memory",
@@ -89,13 +157,57 @@ impl Deduper {
                 }
             }
         }
-        let listing: String = loaded
+        tx.commit().await?;
+        Ok(open)
+    }
+
+    /// Applies one decision in its own transaction; false when the pair had been decided meanwhile.
+    async fn apply(&self, pool: &PgPool, organization_id: Uuid, proposal: Proposal) -> crate::Result<bool> {
+        let Proposal { a, b, decision, reason, merged } = proposal;
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        // The memories first: a concurrent delivery of the same pair waits here until the other commits, and then
+        // reads the decision it recorded.
+        let locked = transitions::lock(&mut tx, organization_id, &[a.id, b.id]).await?;
+        let current = store::dedup::lock_decision(&mut tx, organization_id, a.id, b.id).await?;
+        if current.is_some_and(|d| d != DedupDecision::Deferred) {
+            return Ok(false);
+        }
+        let find = |id: Uuid| locked.iter().find(|m| m.id == id && m.status == crate::domain::MemoryStatus::Active);
+        let (Some(a), Some(b)) = (find(a.id), find(b.id)) else {
+            let why = "a memory of the pair is no longer active";
+            store::dedup::record_decision(&mut *tx, organization_id, a.id, b.id, DedupDecision::KeepBoth, Some(why))
+                .await?;
+            tx.commit().await?;
+            return Ok(true);
+        };
+        let (recorded, why) = match decision {
+            DedupDecision::SupersedeA => supersede(&mut tx, b, a).await?.map_or((decision, None), held),
+            DedupDecision::SupersedeB => supersede(&mut tx, a, b).await?.map_or((decision, None), held),
+            DedupDecision::Merge => match (merge_forbidden(a, b), merged) {
+                (None, Some(merged)) => {
+                    let merged = transitions::create(&mut tx, &merged, &[a.id, b.id]).await?;
+                    transitions::supersede(&mut tx, organization_id, a.id, merged.id, "dedup_merge").await?;
+                    transitions::supersede(&mut tx, organization_id, b.id, merged.id, "dedup_merge").await?;
+                    transitions::record_merge(&mut tx, organization_id, merged.id, &[a.id, b.id]).await?;
+                    (DedupDecision::Merge, None)
+                }
+                (why, _) => (DedupDecision::KeepBoth, why.or_else(|| Some("merge not prepared".into()))),
+            },
+            DedupDecision::KeepBoth | DedupDecision::Deferred => (DedupDecision::KeepBoth, reason),
+        };
+        store::dedup::record_decision(&mut *tx, organization_id, a.id, b.id, recorded, why.as_deref()).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn classify(&self, pairs: &[(Memory, Memory)]) -> crate::Result<Vec<DedupDecision>> {
+        let listing: String = pairs
             .iter()
             .enumerate()
             .map(|(i, (a, b))| format!("Pair {i}:\nA: {}\nB: {}\n", a.content, b.content))
             .collect();
         let answer = self
-            .llm
+            .models
             .complete(LlmRequest {
                 purpose: InvocationPurpose::MemoryDedup,
                 system: "For each pair of memories decide: keep_both (they differ), merge (same fact, both add \
@@ -107,44 +219,24 @@ impl Deduper {
             })
             .await?;
         let verdicts: Verdicts = parse_json(&answer)?;
-        for (i, (a, b)) in loaded.iter().enumerate() {
-            let decision = verdicts
-                .decisions
-                .iter()
-                .find(|v| v.pair == i)
-                .map(|v| v.decision)
-                .filter(|d| *d != DedupDecision::Deferred)
-                .ok_or_else(|| LlmError::Malformed(format!("no decision for pair {i}")))?;
-            match decision {
-                DedupDecision::SupersedeA => supersede(tx, a, b.id).await?,
-                DedupDecision::SupersedeB => supersede(tx, b, a.id).await?,
-                DedupDecision::Merge => {
-                    let merged = self.merge(tx, a, b).await?;
-                    supersede(tx, a, merged).await?;
-                    supersede(tx, b, merged).await?;
-                }
-                DedupDecision::KeepBoth | DedupDecision::Deferred => {}
-            }
-            // Stored in canonical order (smaller id first): swap the direction of a supersession with it.
-            let (first, second, stored) = if a.id < b.id {
-                (a.id, b.id, decision)
-            } else {
-                let flipped = match decision {
-                    DedupDecision::SupersedeA => DedupDecision::SupersedeB,
-                    DedupDecision::SupersedeB => DedupDecision::SupersedeA,
-                    other => other,
-                };
-                (b.id, a.id, flipped)
-            };
-            store::dedup::record_decision(&mut *tx, organization_id, first, second, stored).await?;
-        }
-        Ok(())
+        (0..pairs.len())
+            .map(|i| {
+                verdicts
+                    .decisions
+                    .iter()
+                    .find(|v| v.pair == i)
+                    .map(|v| v.decision)
+                    .filter(|d| *d != DedupDecision::Deferred)
+                    .ok_or_else(|| LlmError::Malformed(format!("no decision for pair {i}")).into())
+            })
+            .collect()
     }
 
-    /// Asks the model for the merged text and stores it as a new memory with both sources' scope.
-    async fn merge(&self, tx: &mut sqlx::PgConnection, a: &Memory, b: &Memory) -> crate::Result<Uuid> {
+    /// The merged memory of `a` and `b` (same readers): the model's text, embedded, trusted as the less trusted
+    /// source, carrying both sources' tags and labels.
+    async fn merged(&self, a: &Memory, b: &Memory) -> crate::Result<NewMemory> {
         let content = self
-            .llm
+            .models
             .complete(LlmRequest {
                 purpose: InvocationPurpose::MemoryMerge,
                 system: "Merge the two memories into one self-contained statement that keeps every detail. \
@@ -156,19 +248,53 @@ impl Deduper {
             .await?;
         let mut new = NewMemory::replacing(a, content.trim());
         new.confidence = a.confidence.max(b.confidence);
+        new.file_path = None;
         new.provenance.source_kind = SourceKind::Merge;
         new.provenance.source_ref = Some(format!("merge:{},{}", a.id, b.id));
-        if let Some(embedder) = &self.embedder {
-            new.embedding = Some(embedder.embed_one(&new.content).await?);
+        new.provenance.trust_level = derived_trust([a.provenance.trust_level, b.provenance.trust_level]);
+        for tag in &b.tags {
+            if !new.tags.contains(tag) {
+                new.tags.push(tag.clone());
+            }
         }
-        Ok(store::memories::insert(&mut *tx, &new).await?.id)
+        if let (Some(labels), Some(more)) = (new.labels.as_object_mut(), b.labels.as_object()) {
+            for (key, value) in more {
+                labels.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        new.embedding = self.models.embed(&new.content).await?;
+        Ok(new)
     }
 }
 
-async fn supersede(tx: &mut sqlx::PgConnection, loser: &Memory, winner: Uuid) -> crate::Result<()> {
-    if store::memories::supersede(&mut *tx, loser.organization_id, loser.id, winner).await? == 1 {
-        let payload = serde_json::json!({ "memory_id": loser.id, "superseded_by": winner });
-        store::outbox::append(&mut *tx, loser.organization_id, "memory.superseded", payload).await?;
+/// Why `a` and `b` may not be merged; None when they may.
+fn merge_forbidden(a: &Memory, b: &Memory) -> Option<String> {
+    let (ra, rb) = (Readership::of(a), Readership::of(b));
+    if !ra.same_readers(&rb) {
+        return Some(format!("readership: a merge needs the same readers ({ra} vs {rb})"));
     }
-    Ok(())
+    let merged = derived_trust([a.provenance.trust_level, b.provenance.trust_level]);
+    forbids_trust(merged, a.provenance.trust_level, "merge into")
+        .or_else(|| forbids_trust(merged, b.provenance.trust_level, "merge into"))
+}
+
+/// `winner` supersedes `loser` if the rules allow it; otherwise the supersession is held for review and the
+/// reason returned.
+async fn supersede(tx: &mut sqlx::PgConnection, winner: &Memory, loser: &Memory) -> crate::Result<Option<String>> {
+    let org = winner.organization_id;
+    match forbids_replacing(winner, loser) {
+        None => {
+            transitions::supersede(&mut *tx, org, loser.id, winner.id, "dedup").await?;
+            Ok(None)
+        }
+        Some(why) => {
+            store::review::hold(&mut *tx, org, "dedup", "supersede", loser.id, winner.id, &why).await?;
+            Ok(Some(why))
+        }
+    }
+}
+
+/// A pair whose decision was held for review is recorded as kept, with the reason.
+fn held(why: String) -> (DedupDecision, Option<String>) {
+    (DedupDecision::KeepBoth, Some(format!("held for review: {why}")))
 }

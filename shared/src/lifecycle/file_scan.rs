@@ -1,10 +1,14 @@
 //! The file-backed freshness scan: memories whose content comes from a file in a project's repository are
-//! re-read; a changed file yields a new memory that supersedes the old one, a deleted file archives it, and
-//! every scanned row records when it was scanned.
+//! re-read; a changed file yields a new memory that supersedes the old one (and keeps its taxonomy tags and
+//! entity mentions), a deleted file archives it, an unchanged file marks it verified, and a file that cannot be
+//! read (refused, too large, an I/O error) is recorded on the memory. Every scanned row records when it was
+//! scanned; only a database failure fails the scan.
 
 use std::{
+    io::Read,
     path::{Component, Path, PathBuf},
     sync::Arc,
+    time::Duration,
 };
 
 use async_trait::async_trait;
@@ -13,19 +17,23 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::{DEFAULT_MODEL_TIMEOUT, embed_within};
 use crate::{
-    domain::{Memory, NewMemory, SourceKind, TrustLevel},
+    domain::{Memory, MemoryStatus, NewMemory, SourceKind, TrustLevel},
     embed::Embedder,
-    store,
+    store::{self, transitions},
 };
 
-/// Longest file content stored in a memory, in bytes (longer files are cut at a character boundary).
-pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Largest file read by default, in bytes; a larger file is recorded as refused.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024;
 
+/// Why a file could not be read. Each is recorded on the memory; the scan goes on.
 #[derive(Debug, thiserror::Error)]
 pub enum FileReadError {
-    #[error("path {0:?} is not a relative path inside the repository")]
-    OutsideRepository(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("refused: the file is larger than {limit} bytes")]
+    TooLarge { limit: u64 },
     #[error("reading {path}: {source}")]
     Io { path: String, source: std::io::Error },
 }
@@ -33,47 +41,94 @@ pub enum FileReadError {
 /// Reads files of a project's repository. `Ok(None)` means the file does not exist.
 #[async_trait]
 pub trait FileReader: Send + Sync {
-    async fn read(&self, project_id: Option<Uuid>, path: &str) -> Result<Option<Vec<u8>>, FileReadError>;
+    async fn read(&self, organization_id: Uuid, project_id: Uuid, path: &str)
+    -> Result<Option<Vec<u8>>, FileReadError>;
 }
 
-/// Repositories checked out under one directory: `<root>/<project_id>/<path>` (or `<root>/<path>` for memories
-/// without a project).
+/// Repositories checked out under one directory, one per organisation and project:
+/// `<root>/<organization_id>/<project_id>/<path>`. A path resolves only inside its own repository: absolute paths,
+/// `..` and symlinks that lead out of it are refused (the repository is opened as a capability-based directory).
 pub struct DirectoryReader {
     root: PathBuf,
+    max_bytes: u64,
 }
 
 impl DirectoryReader {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self { root: root.into(), max_bytes: DEFAULT_MAX_FILE_BYTES }
     }
 
-    /// Joins a stored path under the root, refusing absolute paths and `..` so a memory cannot name files
-    /// outside its repository.
-    fn resolve(&self, project_id: Option<Uuid>, path: &str) -> Result<PathBuf, FileReadError> {
-        let relative = Path::new(path);
-        let safe =
-            !path.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        if !safe {
-            return Err(FileReadError::OutsideRepository(path.to_string()));
-        }
-        let base = match project_id {
-            Some(project) => self.root.join(project.to_string()),
-            None => self.root.clone(),
-        };
-        Ok(base.join(relative))
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The repository of a project.
+    fn repository(&self, organization_id: Uuid, project_id: Uuid) -> PathBuf {
+        self.root.join(organization_id.to_string()).join(project_id.to_string())
+    }
+}
+
+/// A stored path must be relative and plain (no `..`, no root); symlinks are checked when the file is opened.
+fn check_relative(path: &str) -> Result<&Path, FileReadError> {
+    let relative = Path::new(path);
+    let plain =
+        !path.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if plain {
+        Ok(relative)
+    } else {
+        Err(FileReadError::Refused(format!("{path:?} is not a path inside the repository")))
     }
 }
 
 #[async_trait]
 impl FileReader for DirectoryReader {
-    async fn read(&self, project_id: Option<Uuid>, path: &str) -> Result<Option<Vec<u8>>, FileReadError> {
-        let full = self.resolve(project_id, path)?;
-        match tokio::fs::read(&full).await {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(FileReadError::Io { path: path.to_string(), source }),
-        }
+    async fn read(
+        &self,
+        organization_id: Uuid,
+        project_id: Uuid,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, FileReadError> {
+        let relative = check_relative(path)?.to_path_buf();
+        let repository = self.repository(organization_id, project_id);
+        let (max, path) = (self.max_bytes, path.to_string());
+        tokio::task::spawn_blocking(move || read_inside(&repository, &relative, max, &path))
+            .await
+            .map_err(|e| FileReadError::Refused(format!("reader task failed: {e}")))?
     }
+}
+
+fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Result<Option<Vec<u8>>, FileReadError> {
+    let io = |source: std::io::Error| FileReadError::Io { path: path.to_string(), source };
+    let dir = match cap_std::fs::Dir::open_ambient_dir(repository, cap_std::ambient_authority()) {
+        Ok(dir) => dir,
+        // A missing checkout is a deployment problem, not a deleted file: nothing is archived for it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(FileReadError::Refused("the project's repository is not checked out".into()));
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let file = match dir.open(relative) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(FileReadError::Refused(format!("{path:?} leads outside the repository or is not readable")));
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let metadata = file.metadata().map_err(io)?;
+    if !metadata.is_file() {
+        return Err(FileReadError::Refused(format!("{path:?} is not a regular file")));
+    }
+    if metadata.len() > max {
+        return Err(FileReadError::TooLarge { limit: max });
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(FileReadError::TooLarge { limit: max });
+    }
+    Ok(Some(bytes))
 }
 
 /// What one scan did.
@@ -83,13 +138,15 @@ pub struct ScanReport {
     pub unchanged: usize,
     pub updated: usize,
     pub archived: usize,
-    /// Memories whose file could not be read (left as they were, to be retried).
+    /// Memories whose file could not be read (why is recorded on each; they stay as they were).
     pub failed: usize,
 }
 
 pub struct FileScanner {
     reader: Arc<dyn FileReader>,
+    /// Embeds replacements (without one they are stored unembedded).
     embedder: Option<Arc<dyn Embedder>>,
+    timeout: Duration,
 }
 
 /// The content hash stored in `memory.content_hash`.
@@ -97,9 +154,22 @@ pub fn content_hash(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
+/// What a scan found for one memory.
+enum Outcome {
+    Unchanged,
+    Changed(Box<NewMemory>),
+    Deleted,
+    Unreadable(String),
+}
+
 impl FileScanner {
     pub fn new(reader: Arc<dyn FileReader>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Self { reader, embedder }
+        Self { reader, embedder, timeout: DEFAULT_MODEL_TIMEOUT }
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Scans every active file-backed memory of an organisation, one transaction per memory.
@@ -110,81 +180,86 @@ impl FileScanner {
         let mut report = ScanReport::default();
         for memory in memories {
             report.scanned += 1;
-            let path = memory.file_path.clone().unwrap_or_default();
-            match self.reader.read(memory.project_id, &path).await {
-                Ok(None) => {
-                    self.apply(pool, &memory, Outcome::Deleted).await?;
-                    report.archived += 1;
-                }
-                Ok(Some(bytes)) if memory.content_hash.as_deref() == Some(content_hash(&bytes).as_str()) => {
-                    self.apply(pool, &memory, Outcome::Unchanged).await?;
-                    report.unchanged += 1;
-                }
-                Ok(Some(bytes)) => {
-                    self.apply(pool, &memory, Outcome::Changed(bytes)).await?;
-                    report.updated += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(memory_id = %memory.id, error = %e, "file-backed memory could not be scanned");
+            let outcome = self.examine(&memory).await?;
+            match &outcome {
+                Outcome::Unchanged => report.unchanged += 1,
+                Outcome::Changed(_) => report.updated += 1,
+                Outcome::Deleted => report.archived += 1,
+                Outcome::Unreadable(why) => {
+                    tracing::warn!(memory_id = %memory.id, reason = %why, "file-backed memory could not be scanned");
                     report.failed += 1;
                 }
             }
+            self.apply(pool, &memory, outcome).await?;
         }
         Ok(report)
     }
 
+    /// Reads the memory's file and prepares what the scan will write (the replacement embedded, outside any
+    /// transaction).
+    async fn examine(&self, memory: &Memory) -> crate::Result<Outcome> {
+        let path = memory.file_path.as_deref().unwrap_or_default();
+        let Some(project_id) = memory.project_id else {
+            return Ok(Outcome::Unreadable("refused: a file-backed memory needs a project".into()));
+        };
+        Ok(match self.reader.read(memory.organization_id, project_id, path).await {
+            Ok(None) => Outcome::Deleted,
+            Ok(Some(bytes)) if memory.content_hash.as_deref() == Some(content_hash(&bytes).as_str()) => {
+                Outcome::Unchanged
+            }
+            Ok(Some(bytes)) => match String::from_utf8(bytes) {
+                Ok(text) if !text.trim().is_empty() => {
+                    Outcome::Changed(Box::new(self.replacement(memory, text).await?))
+                }
+                Ok(_) => Outcome::Unreadable("refused: the file is empty".into()),
+                Err(_) => Outcome::Unreadable("refused: the file is not UTF-8 text".into()),
+            },
+            Err(e) => Outcome::Unreadable(e.to_string()),
+        })
+    }
+
+    /// Writes one memory's outcome in its own transaction, after checking that the memory is still the current,
+    /// unchanged version that was read.
     async fn apply(&self, pool: &PgPool, memory: &Memory, outcome: Outcome) -> crate::Result<()> {
         let org = memory.organization_id;
-        let replacement = match &outcome {
-            Outcome::Changed(bytes) => Some(self.replacement(memory, bytes).await?),
-            _ => None,
-        };
         let mut tx = store::begin_for_org(pool, org).await?;
-        match (outcome, replacement) {
-            (Outcome::Deleted, _) => {
-                store::memories::archive(&mut *tx, org, memory.id).await?;
-                let payload = serde_json::json!({ "memory_id": memory.id, "reason": "file_deleted" });
-                store::outbox::append(&mut *tx, org, "memory.archived", payload).await?;
-            }
-            (Outcome::Changed(_), Some(new)) => {
-                let new = store::memories::insert(&mut *tx, &new).await?;
-                store::memories::supersede(&mut *tx, org, memory.id, new.id).await?;
-                let payload = serde_json::json!({ "memory_id": memory.id, "superseded_by": new.id });
-                store::outbox::append(&mut *tx, org, "memory.superseded", payload).await?;
-            }
-            _ => {}
+        let Some(current) = transitions::lock(&mut tx, org, &[memory.id]).await?.pop() else { return Ok(()) };
+        if current.status != MemoryStatus::Active || current.content_hash != memory.content_hash {
+            return Ok(()); // replaced or archived meanwhile
         }
-        store::memories::mark_scanned(&mut *tx, org, memory.id, Utc::now()).await?;
+        let now = Utc::now();
+        match outcome {
+            Outcome::Unchanged => {
+                store::memories::record_scan(&mut *tx, org, memory.id, now, true, None).await?;
+            }
+            Outcome::Changed(new) => {
+                let new = transitions::create(&mut tx, &new, &[memory.id]).await?;
+                transitions::supersede(&mut tx, org, memory.id, new.id, "file_changed").await?;
+                store::memories::record_scan(&mut *tx, org, memory.id, now, false, None).await?;
+                store::memories::record_scan(&mut *tx, org, new.id, now, true, None).await?;
+            }
+            Outcome::Deleted => {
+                transitions::archive(&mut tx, org, memory.id, "file_deleted").await?;
+                store::memories::record_scan(&mut *tx, org, memory.id, now, false, None).await?;
+            }
+            Outcome::Unreadable(why) => {
+                store::memories::record_scan(&mut *tx, org, memory.id, now, false, Some(&why)).await?;
+            }
+        }
         tx.commit().await?;
         Ok(())
     }
 
-    async fn replacement(&self, memory: &Memory, bytes: &[u8]) -> crate::Result<NewMemory> {
-        let mut text = String::from_utf8_lossy(bytes).into_owned();
-        if text.len() > MAX_CONTENT_BYTES {
-            let mut cut = MAX_CONTENT_BYTES;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-        }
-        let hash = content_hash(bytes);
+    async fn replacement(&self, memory: &Memory, text: String) -> crate::Result<NewMemory> {
+        let hash = content_hash(text.as_bytes());
         let mut new = NewMemory::replacing(memory, text);
         new.content_hash = Some(hash.clone());
         new.provenance.source_kind = SourceKind::File;
         new.provenance.trust_level = TrustLevel::Verified;
         new.provenance.source_ref = Some(format!("{}@{hash}", memory.file_path.as_deref().unwrap_or_default()));
-        if let Some(embedder) = &self.embedder {
-            new.embedding = Some(embedder.embed_one(&new.content).await?);
-        }
+        new.embedding = embed_within(self.embedder.as_deref(), self.timeout, &new.content).await?;
         Ok(new)
     }
-}
-
-enum Outcome {
-    Unchanged,
-    Changed(Vec<u8>),
-    Deleted,
 }
 
 #[cfg(test)]
@@ -192,15 +267,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_outside_the_repository_are_refused() {
-        let reader = DirectoryReader::new("/repos");
+    fn paths_that_are_not_plain_relative_paths_are_refused() {
         for bad in ["../etc/passwd", "/etc/passwd", "src/../../x", ""] {
-            assert!(reader.resolve(None, bad).is_err(), "{bad}");
+            assert!(check_relative(bad).is_err(), "{bad}");
         }
-        let project = Uuid::nil();
-        assert_eq!(
-            reader.resolve(Some(project), "src/./lib.rs").unwrap(),
-            PathBuf::from(format!("/repos/{project}/src/./lib.rs"))
-        );
+        assert_eq!(check_relative("src/./lib.rs").unwrap(), Path::new("src/./lib.rs"));
     }
 }

@@ -1,39 +1,74 @@
-//! Entity synthesis: once an entity has enough mentions, the model writes a profile from the memories that
-//! mention it; the profile is stored as an `entity_profile` memory and linked from `memory_entity` in the same
-//! transaction.
+//! Entity synthesis: once an entity has enough mentions, the model writes profiles of it from the memories that
+//! mention it, stored as `entity_profile` memories.
+//!
+//! A profile may only say what all its readers could read anyway, so an entity gets one profile per readership
+//! partition: for each distinct readership among the sources, a profile with that readership built from every
+//! source whose readers include all of the partition's (so org-wide sources feed every partition, and two
+//! agents' private memories never meet). Within a partition the profile takes the most specific scope of its
+//! sources, as the partition's own readership is the narrowest of them. The primary profile (the one built from
+//! the most sources) is linked from `memory_entity.synthesis_memory_id` in the same transaction.
+//!
+//! Each partition's profile records the digest of its source set; a synthesis whose sources are unchanged writes
+//! nothing, so a redelivered job leaves one current profile per partition.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
+use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::Models;
 use crate::{
-    domain::{EntityProfile, Memory, MemoryType, NewMemory, Scope, Sensitivity, SourceKind},
+    domain::{EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind, readership::derived_trust},
     embed::Embedder,
     llm::{InvocationPurpose, Llm, LlmRequest},
-    store,
+    store::{self, entities::PartitionProfile, transitions},
 };
 
-/// Mentions at which an entity's profile is (re)synthesised.
+/// Mentions at which an entity's profiles are (re)synthesised.
 pub const MENTION_THRESHOLD: i64 = 5;
 
 pub struct EntitySynthesizer {
-    llm: Arc<dyn Llm>,
-    embedder: Option<Arc<dyn Embedder>>,
+    models: Models,
+}
+
+/// The entity's current profiles after a synthesis, the primary one first, and how many this synthesis wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthesis {
+    pub profiles: Vec<EntityProfile>,
+    pub written: usize,
+}
+
+impl Synthesis {
+    /// The primary profile (built from the most sources), if the entity has any.
+    pub fn primary(&self) -> Option<&EntityProfile> {
+        self.profiles.first()
+    }
+}
+
+/// One readership partition of an entity's sources.
+struct Partition {
+    readership: Readership,
+    sources: Vec<Memory>,
+    digest: String,
 }
 
 impl EntitySynthesizer {
     pub fn new(llm: Arc<dyn Llm>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Self { llm, embedder }
+        Self { models: Models::new(llm, embedder) }
     }
 
-    /// Synthesises the profile when the entity has at least [`MENTION_THRESHOLD`] mentions; None otherwise.
+    pub fn with_models(models: Models) -> Self {
+        Self { models }
+    }
+
+    /// Synthesises when the entity has at least [`MENTION_THRESHOLD`] mentions; None otherwise.
     pub async fn synthesize_if_due(
         &self,
         pool: &PgPool,
         organization_id: Uuid,
         entity_id: Uuid,
-    ) -> crate::Result<Option<EntityProfile>> {
+    ) -> crate::Result<Option<Synthesis>> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let mentions = store::entities::mention_count(&mut *tx, organization_id, entity_id).await?;
         tx.commit().await?;
@@ -43,60 +78,102 @@ impl EntitySynthesizer {
         self.synthesize_profile(pool, organization_id, entity_id).await.map(Some)
     }
 
-    /// Synthesises the profile now (explicit compaction runs), replacing any previous one.
+    /// Synthesises now, whatever the mention count: every partition whose source set changed gets a new profile,
+    /// which supersedes the partition's previous one.
     pub async fn synthesize_profile(
         &self,
         pool: &PgPool,
         organization_id: Uuid,
         entity_id: Uuid,
-    ) -> crate::Result<EntityProfile> {
+    ) -> crate::Result<Synthesis> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let entity = store::entities::get(&mut *tx, organization_id, entity_id)
             .await?
             .ok_or(crate::Error::NotFound { kind: "entity", id: entity_id })?;
         let sources = store::entities::active_mentioning(&mut *tx, organization_id, entity_id).await?;
-        let Some(most_specific) = sources.iter().max_by_key(|m| specificity(m.scope)) else {
-            return Err(crate::Error::validation(format!("entity {entity_id} has no active memories to synthesise")));
-        };
-        let listing: String = sources.iter().map(|m| format!("- {}\n", m.content)).collect();
-        let summary = self
-            .llm
-            .complete(LlmRequest {
-                purpose: InvocationPurpose::MemorySynthesis,
-                system: "Write a concise profile of the entity from these memories: what it is, how it is used, \
-                         and any rules or preferences about it. Answer with the profile text only."
-                    .into(),
-                prompt: format!("Entity: {} ({})\nMemories:\n{listing}", entity.name, entity.entity_type),
-                max_tokens: 500,
-            })
-            .await?;
-
-        let mut new = NewMemory::replacing(most_specific, summary.trim());
-        new.memory_type = MemoryType::EntityProfile;
-        new.sensitivity = if sources.iter().any(|m| m.sensitivity == Sensitivity::Restricted) {
-            Sensitivity::Restricted
-        } else {
-            Sensitivity::Normal
-        };
-        new.confidence = sources.iter().map(|m| m.confidence).sum::<f64>() / sources.len() as f64;
-        new.provenance.source_kind = SourceKind::Synthesis;
-        new.provenance.source_ref = Some(format!("entity:{entity_id}"));
-        new.file_path = None;
-        if let Some(embedder) = &self.embedder {
-            new.embedding = Some(embedder.embed_one(&new.content).await?);
-        }
-        let profile = store::memories::insert(&mut *tx, &new).await?;
-        if let Some(previous) = entity.synthesis_memory_id {
-            store::memories::supersede(&mut *tx, organization_id, previous, profile.id).await?;
-        }
-        store::entities::set_synthesis(&mut *tx, organization_id, entity_id, profile.id).await?;
-        let payload = serde_json::json!({ "entity_id": entity_id, "memory_id": profile.id });
-        store::outbox::append(&mut *tx, organization_id, "entity.synthesized", payload).await?;
+        let current = store::entities::partition_profiles(&mut *tx, organization_id, entity_id).await?;
         tx.commit().await?;
-        Ok(EntityProfile { entity_id, name: entity.name, entity_type: entity.entity_type, profile })
+        if sources.is_empty() {
+            return Err(crate::Error::validation(format!("entity {entity_id} has no active memories to synthesise")));
+        }
+        let stale: Vec<Partition> = partitions(&sources).into_iter().filter(|p| !is_current(&current, p)).collect();
+
+        let mut prepared = Vec::new();
+        for partition in stale {
+            let listing: String = partition.sources.iter().map(|m| format!("- {}\n", m.content)).collect();
+            let summary = self
+                .models
+                .complete(LlmRequest {
+                    purpose: InvocationPurpose::MemorySynthesis,
+                    system: "Write a concise profile of the entity from these memories: what it is, how it is used, \
+                             and any rules or preferences about it. Answer with the profile text only."
+                        .into(),
+                    prompt: format!("Entity: {} ({})\nMemories:\n{listing}", entity.name, entity.entity_type),
+                    max_tokens: 500,
+                })
+                .await?;
+            let mut profile = profile_memory(&partition, entity_id, summary.trim());
+            profile.embedding = self.models.embed(&profile.content).await?;
+            prepared.push((partition, profile));
+        }
+
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        let entity = store::entities::lock(&mut tx, organization_id, entity_id)
+            .await?
+            .ok_or(crate::Error::NotFound { kind: "entity", id: entity_id })?;
+        let sources_now = store::entities::active_mentioning(&mut *tx, organization_id, entity_id).await?;
+        let digests_now: Vec<String> = partitions(&sources_now).into_iter().map(|p| p.digest).collect();
+        let current = store::entities::partition_profiles(&mut *tx, organization_id, entity_id).await?;
+        let mut written = 0;
+        for (partition, profile) in prepared {
+            if is_current(&current, &partition) {
+                continue; // another delivery wrote this partition meanwhile
+            }
+            if !digests_now.contains(&partition.digest) {
+                return Err(crate::Error::Conflict(format!(
+                    "the sources of entity {entity_id} changed during its synthesis"
+                )));
+            }
+            let key = partition.readership.to_string();
+            let profile = transitions::create(&mut tx, &profile, &[]).await?;
+            let previous = current.iter().find(|p| p.readership == key).map(|p| p.memory_id);
+            if let Some(previous) = previous {
+                let still_current = transitions::lock(&mut tx, organization_id, &[previous])
+                    .await?
+                    .pop()
+                    .is_some_and(|m| m.status == crate::domain::MemoryStatus::Active);
+                if still_current {
+                    transitions::supersede(&mut tx, organization_id, previous, profile.id, "resynthesized").await?;
+                }
+            }
+            let row = PartitionProfile {
+                readership: key.clone(),
+                memory_id: profile.id,
+                source_digest: partition.digest.clone(),
+                source_count: partition.sources.len() as i32,
+            };
+            store::entities::set_partition_profile(&mut *tx, organization_id, entity_id, &row).await?;
+            let payload = serde_json::json!({
+                "entity_id": entity_id,
+                "memory_id": profile.id,
+                "readership": key,
+                "source_count": partition.sources.len(),
+                "replaces": previous,
+            });
+            store::outbox::append(&mut *tx, organization_id, "entity.synthesized", payload).await?;
+            written += 1;
+        }
+        let profiles = current_profiles(&mut tx, organization_id, &entity).await?;
+        if let Some(primary) = profiles.first().map(|p| p.profile.id)
+            && entity.synthesis_memory_id != Some(primary)
+        {
+            store::entities::set_synthesis(&mut *tx, organization_id, entity_id, primary).await?;
+        }
+        tx.commit().await?;
+        Ok(Synthesis { profiles, written })
     }
 
-    /// The entity's current profile memory, or None before its first synthesis.
+    /// The entity's primary profile memory, or None before its first synthesis.
     pub async fn get_profile(
         &self,
         pool: &PgPool,
@@ -114,7 +191,73 @@ impl EntitySynthesizer {
     }
 }
 
-/// Higher is narrower: a profile is as private as its most private source.
+/// The partitions: for each readership among the sources, every source that reaches it.
+fn partitions(sources: &[Memory]) -> Vec<Partition> {
+    let readerships: BTreeMap<Readership, ()> = sources.iter().map(|m| (Readership::of(m), ())).collect();
+    readerships
+        .into_keys()
+        .map(|readership| {
+            let sources: Vec<Memory> =
+                sources.iter().filter(|m| Readership::of(m).reaches(&readership)).cloned().collect();
+            let mut ids: Vec<Uuid> = sources.iter().map(|m| m.id).collect();
+            ids.sort();
+            let digest = format!("{:x}", Sha256::digest(ids.iter().map(Uuid::to_string).collect::<Vec<_>>().join(",")));
+            Partition { readership, sources, digest }
+        })
+        .collect()
+}
+
+fn is_current(current: &[PartitionProfile], partition: &Partition) -> bool {
+    let key = partition.readership.to_string();
+    current.iter().any(|p| p.readership == key && p.source_digest == partition.digest)
+}
+
+/// The profile memory of a partition: the partition's readership (taken from one of its own sources), trusted as
+/// its least trusted source.
+fn profile_memory(partition: &Partition, entity_id: Uuid, summary: &str) -> NewMemory {
+    let representative = partition
+        .sources
+        .iter()
+        .find(|m| Readership::of(m) == partition.readership)
+        .expect("a partition's readership is one of its sources'");
+    let mut new = NewMemory::replacing(representative, summary);
+    new.memory_type = MemoryType::EntityProfile;
+    new.confidence = partition.sources.iter().map(|m| m.confidence).sum::<f64>() / partition.sources.len() as f64;
+    new.provenance.source_kind = SourceKind::Synthesis;
+    new.provenance.source_ref = Some(format!("entity:{entity_id}"));
+    new.provenance.trust_level = derived_trust(partition.sources.iter().map(|m| m.provenance.trust_level));
+    new.file_path = None;
+    new.tags = Vec::new();
+    new.labels = serde_json::json!({});
+    new
+}
+
+/// The entity's current profiles, primary first: most sources, then the most specific scope.
+async fn current_profiles(
+    conn: &mut sqlx::PgConnection,
+    organization_id: Uuid,
+    entity: &crate::domain::Entity,
+) -> crate::Result<Vec<EntityProfile>> {
+    let rows = store::entities::partition_profiles(&mut *conn, organization_id, entity.id).await?;
+    let mut profiles = Vec::new();
+    for row in rows {
+        if let Some(memory) = store::memories::get(&mut *conn, organization_id, row.memory_id).await? {
+            profiles.push((row.source_count, memory));
+        }
+    }
+    profiles.sort_by_key(|(count, m)| (std::cmp::Reverse(*count), std::cmp::Reverse(specificity(m.scope)), m.id));
+    Ok(profiles
+        .into_iter()
+        .map(|(_, profile)| EntityProfile {
+            entity_id: entity.id,
+            name: entity.name.clone(),
+            entity_type: entity.entity_type.clone(),
+            profile,
+        })
+        .collect())
+}
+
+/// Higher is narrower.
 fn specificity(scope: Scope) -> u8 {
     match scope {
         Scope::Org => 0,

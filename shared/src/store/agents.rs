@@ -38,7 +38,8 @@ pub async fn retrieval_context(
     Ok(RetrievalContext { read_scopes: parse_scopes(scopes)?, taxonomy: nodes.0, has_entity_profiles })
 }
 
-/// Creates or replaces an agent's profile.
+/// Creates or replaces an agent's profile. Read scopes are a hierarchy rooted at `org`: every agent reads its
+/// organisation's org-wide memories, so `org` is added when missing.
 pub async fn upsert(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
@@ -46,7 +47,10 @@ pub async fn upsert(
     name: &str,
     read_scopes: &[Scope],
 ) -> sqlx::Result<()> {
-    let scopes: Vec<&str> = read_scopes.iter().map(|s| s.as_str()).collect();
+    let mut scopes: Vec<&str> = read_scopes.iter().map(|s| s.as_str()).collect();
+    if !scopes.contains(&Scope::Org.as_str()) {
+        scopes.insert(0, Scope::Org.as_str());
+    }
     sqlx::query(
         "INSERT INTO agent_profile (organization_id, agent_id, name, memory_read_scopes) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (organization_id, agent_id) DO UPDATE \

@@ -59,9 +59,3 @@ pub async fn record(
     .await
     .map(|r| r.rows_affected() == 1)
 }
-
-/// Locks a memory row for the rest of the transaction (serialises checks of the same memory).
-pub async fn lock_memory(conn: &mut PgConnection, organization_id: Uuid, id: Uuid) -> sqlx::Result<Option<Memory>> {
-    let sql = format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE m.organization_id = $1 AND m.id = $2 FOR UPDATE");
-    sqlx::query_as(&sql).bind(organization_id).bind(id).fetch_optional(conn).await
-}

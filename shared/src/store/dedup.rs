@@ -1,4 +1,4 @@
-//! `memory_dedup_reviewed`: one row per unordered pair, claimed by reviewers with SKIP LOCKED.
+//! `memory_dedup_reviewed`: one row per unordered pair; deferred pairs are leased to one reviewer at a time.
 
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
@@ -35,41 +35,87 @@ pub async fn defer_pair(
     .map(|r| r.rows_affected() == 1)
 }
 
-/// Claims up to `limit` deferred pairs whose memories are both still active, for this transaction; other
-/// workers skip them.
-pub async fn claim_deferred(conn: &mut PgConnection, organization_id: Uuid, limit: i64) -> sqlx::Result<Vec<PairRow>> {
+/// Leases up to `limit` deferred pairs whose memories are both still active to the caller for `lease_ms`
+/// (oldest first); until the lease ends other reviewers skip them. The caller commits the lease before it calls the
+/// model, so no transaction stays open during the call.
+pub async fn lease_deferred(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    limit: i64,
+    lease_ms: i64,
+) -> sqlx::Result<Vec<PairRow>> {
     sqlx::query_as(
-        "SELECT r.memory_a_id, r.memory_b_id, r.cosine_similarity FROM memory_dedup_reviewed r \
-         WHERE r.organization_id = $1 AND r.decision = 'deferred' \
-           AND (SELECT count(*) FROM memory m WHERE m.organization_id = r.organization_id \
-                AND m.id IN (r.memory_a_id, r.memory_b_id) AND m.status = 'active') = 2 \
-         ORDER BY r.created_at, r.memory_a_id, r.memory_b_id \
-         LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+        "UPDATE memory_dedup_reviewed r SET claimed_until = now() + $3 * interval '1 millisecond' \
+         FROM (SELECT p.organization_id, p.memory_a_id, p.memory_b_id FROM memory_dedup_reviewed p \
+               WHERE p.organization_id = $1 AND p.decision = 'deferred' \
+                 AND (p.claimed_until IS NULL OR p.claimed_until < now()) \
+                 AND (SELECT count(*) FROM memory m WHERE m.organization_id = p.organization_id \
+                      AND m.id IN (p.memory_a_id, p.memory_b_id) AND m.status = 'active') = 2 \
+               ORDER BY p.created_at, p.memory_a_id, p.memory_b_id \
+               LIMIT $2 FOR UPDATE OF p SKIP LOCKED) claimed \
+         WHERE r.organization_id = claimed.organization_id AND r.memory_a_id = claimed.memory_a_id \
+           AND r.memory_b_id = claimed.memory_b_id \
+         RETURNING r.memory_a_id, r.memory_b_id, r.cosine_similarity",
     )
     .bind(organization_id)
     .bind(limit)
+    .bind(lease_ms)
     .fetch_all(conn)
     .await
 }
 
-/// Stores the decision for a pair (inserting the row if it was never deferred).
+/// Locks a pair's row for the rest of the transaction and returns its decision (None: the pair was never seen).
+pub async fn lock_decision(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    a: Uuid,
+    b: Uuid,
+) -> sqlx::Result<Option<DedupDecision>> {
+    let (a, b) = if a < b { (a, b) } else { (b, a) };
+    sqlx::query_scalar(
+        "SELECT decision FROM memory_dedup_reviewed \
+         WHERE organization_id = $1 AND memory_a_id = $2 AND memory_b_id = $3 FOR UPDATE",
+    )
+    .bind(organization_id)
+    .bind(a)
+    .bind(b)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Stores the decision for a pair in canonical order (inserting the row if it was never deferred); `reason` says
+/// why when the decision was not the model's. `decision` is about (a, b) as given: a supersession's direction is
+/// swapped with the pair.
 pub async fn record_decision(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     a: Uuid,
     b: Uuid,
     decision: DedupDecision,
+    reason: Option<&str>,
 ) -> sqlx::Result<()> {
+    let (first, second, decision) = if a < b {
+        (a, b, decision)
+    } else {
+        let flipped = match decision {
+            DedupDecision::SupersedeA => DedupDecision::SupersedeB,
+            DedupDecision::SupersedeB => DedupDecision::SupersedeA,
+            other => other,
+        };
+        (b, a, flipped)
+    };
     sqlx::query(
-        "INSERT INTO memory_dedup_reviewed (organization_id, memory_a_id, memory_b_id, decision, reviewed_at) \
-         VALUES ($1, $2, $3, $4, now()) \
+        "INSERT INTO memory_dedup_reviewed (organization_id, memory_a_id, memory_b_id, decision, reason, reviewed_at) \
+         VALUES ($1, $2, $3, $4, $5, now()) \
          ON CONFLICT (organization_id, memory_a_id, memory_b_id) \
-         DO UPDATE SET decision = EXCLUDED.decision, reviewed_at = now()",
+         DO UPDATE SET decision = EXCLUDED.decision, reason = EXCLUDED.reason, reviewed_at = now(), \
+                       claimed_until = NULL",
     )
     .bind(organization_id)
-    .bind(a)
-    .bind(b)
+    .bind(first)
+    .bind(second)
     .bind(decision)
+    .bind(reason)
     .execute(executor)
     .await
     .map(|_| ())

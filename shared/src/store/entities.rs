@@ -79,6 +79,67 @@ pub async fn active_mentioning(
     sqlx::query_as(&sql).bind(organization_id).bind(entity_id).fetch_all(executor).await
 }
 
+/// An entity, locked for the rest of the transaction (serialises syntheses of one entity).
+pub async fn lock(conn: &mut PgConnection, organization_id: Uuid, id: Uuid) -> sqlx::Result<Option<Entity>> {
+    sqlx::query_as(
+        "SELECT id, organization_id, name, entity_type, synthesis_memory_id FROM memory_entity \
+         WHERE organization_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The current profile of one readership partition of an entity.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct PartitionProfile {
+    pub readership: String,
+    pub memory_id: Uuid,
+    pub source_digest: String,
+    pub source_count: i32,
+}
+
+/// The entity's current profiles, one per readership partition.
+pub async fn partition_profiles(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+) -> sqlx::Result<Vec<PartitionProfile>> {
+    sqlx::query_as(
+        "SELECT readership, memory_id, source_digest, source_count FROM memory_entity_profile \
+         WHERE organization_id = $1 AND entity_id = $2 ORDER BY readership",
+    )
+    .bind(organization_id)
+    .bind(entity_id)
+    .fetch_all(executor)
+    .await
+}
+
+/// Makes `profile.memory_id` the current profile of its partition.
+pub async fn set_partition_profile(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+    profile: &PartitionProfile,
+) -> sqlx::Result<u64> {
+    sqlx::query(
+        "INSERT INTO memory_entity_profile (organization_id, entity_id, readership, memory_id, source_digest, \
+             source_count) VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (organization_id, entity_id, readership) DO UPDATE SET memory_id = EXCLUDED.memory_id, \
+             source_digest = EXCLUDED.source_digest, source_count = EXCLUDED.source_count, updated_at = now()",
+    )
+    .bind(organization_id)
+    .bind(entity_id)
+    .bind(&profile.readership)
+    .bind(profile.memory_id)
+    .bind(&profile.source_digest)
+    .bind(profile.source_count)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}
+
 /// Points an entity at its current synthesised profile.
 pub async fn set_synthesis(
     executor: impl PgExecutor<'_>,
@@ -106,7 +167,8 @@ struct ProfileRow {
     profile: Memory,
 }
 
-/// Readable synthesised profiles of the entities that `memory_ids` mention.
+/// Readable synthesised profiles of the entities that `memory_ids` mention: per entity, the readable partition
+/// profile built from the most sources.
 pub async fn profiles_for(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
@@ -116,12 +178,13 @@ pub async fn profiles_for(
         "SELECT DISTINCT ON (en.id) en.id AS entity_id, en.name AS entity_name, en.entity_type, {MEMORY_COLUMNS} \
          FROM memory_entity_mention mn \
          JOIN memory_entity en ON en.organization_id = mn.organization_id AND en.id = mn.entity_id \
-         JOIN memory m ON m.organization_id = en.organization_id AND m.id = en.synthesis_memory_id \
+         JOIN memory_entity_profile ep ON ep.organization_id = en.organization_id AND ep.entity_id = en.id \
+         JOIN memory m ON m.organization_id = ep.organization_id AND m.id = ep.memory_id \
          WHERE mn.memory_id = ANY("
     ));
     qb.push_bind(memory_ids.to_vec()).push(") AND ");
     scope.push_sql(&mut qb);
-    qb.push(" ORDER BY en.id");
+    qb.push(" ORDER BY en.id, ep.source_count DESC, m.id");
     let rows: Vec<ProfileRow> = qb.build_query_as().fetch_all(conn).await?;
     Ok(rows
         .into_iter()

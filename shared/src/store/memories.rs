@@ -6,7 +6,7 @@ use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::domain::{Memory, MemoryStatus, NewMemory};
+use crate::domain::{Memory, NewMemory};
 
 /// Inserts a memory and returns it as stored.
 pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Result<Memory> {
@@ -57,59 +57,6 @@ pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid
     qb.build_query_as().fetch_optional(conn).await
 }
 
-/// Marks `loser` superseded by `winner`.
-pub async fn supersede(
-    executor: impl PgExecutor<'_>,
-    organization_id: Uuid,
-    loser: Uuid,
-    winner: Uuid,
-) -> sqlx::Result<u64> {
-    sqlx::query(
-        "UPDATE memory SET status = 'superseded', superseded_by = $3, superseded_at = now(), updated_at = now() \
-         WHERE organization_id = $1 AND id = $2 AND status <> 'superseded'",
-    )
-    .bind(organization_id)
-    .bind(loser)
-    .bind(winner)
-    .execute(executor)
-    .await
-    .map(|r| r.rows_affected())
-}
-
-/// Marks a memory archived.
-pub async fn archive(executor: impl PgExecutor<'_>, organization_id: Uuid, id: Uuid) -> sqlx::Result<u64> {
-    sqlx::query(
-        "UPDATE memory SET status = 'archived', archived_at = now(), updated_at = now() \
-         WHERE organization_id = $1 AND id = $2",
-    )
-    .bind(organization_id)
-    .bind(id)
-    .execute(executor)
-    .await
-    .map(|r| r.rows_affected())
-}
-
-/// Sets a memory's confidence and status together.
-pub async fn set_confidence_and_status(
-    executor: impl PgExecutor<'_>,
-    organization_id: Uuid,
-    id: Uuid,
-    confidence: f64,
-    status: MemoryStatus,
-) -> sqlx::Result<u64> {
-    sqlx::query(
-        "UPDATE memory SET confidence = $3, status = $4, updated_at = now() \
-         WHERE organization_id = $1 AND id = $2",
-    )
-    .bind(organization_id)
-    .bind(id)
-    .bind(confidence.clamp(0.0, 1.0))
-    .bind(status)
-    .execute(executor)
-    .await
-    .map(|r| r.rows_affected())
-}
-
 /// Active file-backed memories of an organisation, oldest scan first.
 pub async fn active_file_backed(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Memory>> {
     let sql = format!(
@@ -119,20 +66,29 @@ pub async fn active_file_backed(executor: impl PgExecutor<'_>, organization_id: 
     sqlx::query_as(&sql).bind(organization_id).fetch_all(executor).await
 }
 
-/// Records that a file-backed memory was scanned at `at`.
-pub async fn mark_scanned(
+/// Records a scan of a file-backed memory at `at`: `verified` when its file was read and found unchanged, and
+/// why the file could not be read (None clears an earlier error).
+pub async fn record_scan(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     id: Uuid,
     at: DateTime<Utc>,
+    verified: bool,
+    error: Option<&str>,
 ) -> sqlx::Result<u64> {
-    sqlx::query("UPDATE memory SET file_last_scanned_at = $3 WHERE organization_id = $1 AND id = $2")
-        .bind(organization_id)
-        .bind(id)
-        .bind(at)
-        .execute(executor)
-        .await
-        .map(|r| r.rows_affected())
+    sqlx::query(
+        "UPDATE memory SET file_last_scanned_at = $3, file_scan_error = $5, \
+             last_verified_at = CASE WHEN $4 THEN $3 ELSE last_verified_at END \
+         WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .bind(at)
+    .bind(verified)
+    .bind(error)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
 }
 
 /// Readable memories superseded by any of `ids`, newest first.

@@ -10,7 +10,9 @@ pub mod entities;
 pub mod memories;
 pub mod outbox;
 mod predicates;
+pub mod review;
 pub mod taxonomy;
+pub mod transitions;
 
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
 use uuid::Uuid;
@@ -52,9 +54,10 @@ fn literal(value: impl std::fmt::Display) -> String {
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
 /// `ef_search` rows; custom plans only, because the right plan depends on the organisation and a cached generic
-/// plan cannot know it; a tenant with its own ANN index (see [`ann`]) is searched through it, any other exactly
-/// (index scans off: the shared HNSW index would answer approximately, and slowly for a selective tenant; the
-/// scope predicate's bitmap scans stay on); and a statement timeout so one slow branch cannot hold a request.
+/// plan cannot know it; a tenant with its own partial HNSW index (`memory-admin ann-indexes`, see [`ann`]) is
+/// searched through it, any other exactly (there is no shared ANN index: index scans are turned off for such a
+/// tenant, so its rows come from the scope predicate's bitmap scans, sorted by distance); and a statement timeout
+/// so one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
@@ -103,5 +106,5 @@ pub async fn ping(executor: impl PgExecutor<'_>) -> sqlx::Result<()> {
 pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.organization_id, m.project_id, m.project_task_id, m.agent_id, \
     m.scope, m.memory_type, m.status, m.sensitivity, m.content, m.confidence, m.created_at, m.updated_at, \
     m.last_verified_at, m.expires_at, m.superseded_by, m.superseded_at, m.archived_at, m.file_backed, \
-    m.file_path, m.content_hash, m.file_last_scanned_at, m.source_kind, m.source_ref, m.trust_level, m.tags, \
+    m.file_path, m.content_hash, m.file_last_scanned_at, m.file_scan_error, m.source_kind, m.source_ref, m.trust_level, m.tags, \
     m.labels";

@@ -1,7 +1,18 @@
-//! The domain-event outbox: written in the transaction of the change it reports.
+//! The domain-event outbox: written in the transaction of the change it reports, relayed to the event bus later.
 
-use sqlx::PgExecutor;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
+
+/// An event waiting in (or relayed from) the outbox.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OutboxEvent {
+    pub organization_id: Uuid,
+    pub id: Uuid,
+    pub event_type: String,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
 
 /// Appends an event (for example `memory.superseded`) to the outbox.
 pub async fn append(
@@ -19,4 +30,42 @@ pub async fn append(
         .execute(executor)
         .await?;
     Ok(id)
+}
+
+/// Locks up to `limit` of the organisation's unpublished events, oldest first, for this transaction; another
+/// relay skips them.
+pub async fn claim_unpublished(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<OutboxEvent>> {
+    sqlx::query_as(
+        "SELECT organization_id, id, event_type, payload, created_at FROM domain_event_outbox \
+         WHERE organization_id = $1 AND published_at IS NULL ORDER BY created_at, id LIMIT $2 \
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(organization_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Marks events published.
+pub async fn mark_published(executor: impl PgExecutor<'_>, organization_id: Uuid, ids: &[Uuid]) -> sqlx::Result<u64> {
+    sqlx::query(
+        "UPDATE domain_event_outbox SET published_at = now() \
+         WHERE organization_id = $1 AND id = ANY($2) AND published_at IS NULL",
+    )
+    .bind(organization_id)
+    .bind(ids.to_vec())
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}
+
+/// The organisations that have ever written an event (ids only; the relay visits each under its own setting).
+pub async fn organizations(executor: impl PgExecutor<'_>) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar("SELECT organization_id FROM domain_event_outbox_org ORDER BY organization_id")
+        .fetch_all(executor)
+        .await
 }

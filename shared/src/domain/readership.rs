@@ -1,0 +1,165 @@
+//! Who can read a memory, and the two rules every lifecycle job obeys:
+//! - content derived from a set of memories is readable only by callers who could read every one of them;
+//! - a memory may supersede, merge into, or lower the confidence of only a memory whose readers it reaches at least
+//!   as widely, and only if the trust of its provenance allows it.
+//!
+//! Readers follow the Stage 1 scope filter: every principal of the organisation reads `org` memories (read scopes
+//! are a hierarchy rooted at `org`); `project` and `task` memories are read by principals with that scope asking
+//! for that project or task; an agent reads the memories whose `agent_id` is its own whatever their scope; a
+//! `restricted` memory is withheld wherever the sensitivity gate is on.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+use super::{Memory, Scope, Sensitivity, TrustLevel};
+
+/// The part of a memory that decides who reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Readership {
+    pub scope: Scope,
+    /// The project of a `project` memory, the task of a `task` memory; None otherwise.
+    pub owner: Option<Uuid>,
+    /// The agent that reads it whatever its scope (the owner of an `agent_private` memory).
+    pub agent_id: Option<Uuid>,
+    pub sensitivity: Sensitivity,
+}
+
+impl Readership {
+    pub fn of(memory: &Memory) -> Self {
+        let owner = match memory.scope {
+            Scope::Project => memory.project_id,
+            Scope::Task => memory.project_task_id,
+            Scope::Org | Scope::AgentPrivate => None,
+        };
+        Self { scope: memory.scope, owner, agent_id: memory.agent_id, sensitivity: memory.sensitivity }
+    }
+
+    /// Whether every caller who can read a memory of `other` readership can read one of this readership.
+    pub fn reaches(&self, other: &Self) -> bool {
+        let sensitivity = self.sensitivity == Sensitivity::Normal || other.sensitivity == Sensitivity::Restricted;
+        if !sensitivity {
+            return false;
+        }
+        if self.scope == Scope::Org {
+            return true;
+        }
+        let scope_readers = match other.scope {
+            Scope::Org => false,
+            Scope::Project | Scope::Task => self.scope == other.scope && self.owner == other.owner,
+            Scope::AgentPrivate => true,
+        };
+        let agent_reader = other.agent_id.is_none() || self.agent_id == other.agent_id;
+        scope_readers && agent_reader
+    }
+
+    /// Whether the two have exactly the same readers.
+    pub fn same_readers(&self, other: &Self) -> bool {
+        self.reaches(other) && other.reaches(self)
+    }
+}
+
+/// A stable text key (stored with each entity profile to name its partition).
+impl fmt::Display for Readership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = |v: Option<Uuid>| v.map(|u| u.to_string()).unwrap_or_else(|| "-".into());
+        write!(f, "{}:{}:{}:{}", self.scope.as_str(), id(self.owner), id(self.agent_id), self.sensitivity.as_str())
+    }
+}
+
+/// Trust order of provenance: verified > unverified > untrusted.
+fn rank(trust: TrustLevel) -> u8 {
+    match trust {
+        TrustLevel::Untrusted => 0,
+        TrustLevel::Unverified => 1,
+        TrustLevel::Verified => 2,
+    }
+}
+
+/// The trust of content derived from sources of these trust levels: the least trusted one's.
+pub fn derived_trust(levels: impl IntoIterator<Item = TrustLevel>) -> TrustLevel {
+    levels.into_iter().min_by_key(|t| rank(*t)).unwrap_or(TrustLevel::Unverified)
+}
+
+/// Why `winner` may not replace (supersede, or absorb in a merge) `loser`; None when it may.
+pub fn forbids_replacing(winner: &Memory, loser: &Memory) -> Option<String> {
+    if !Readership::of(winner).reaches(&Readership::of(loser)) {
+        return Some(format!(
+            "readership: {} does not reach every reader of {} ({} vs {})",
+            winner.id,
+            loser.id,
+            Readership::of(winner),
+            Readership::of(loser)
+        ));
+    }
+    forbids_trust(winner.provenance.trust_level, loser.provenance.trust_level, "replace")
+}
+
+/// Why `actor` may not lower `target`'s confidence; None when it may.
+pub fn forbids_lowering(actor: &Memory, target: &Memory) -> Option<String> {
+    if !Readership::of(actor).reaches(&Readership::of(target)) {
+        return Some(format!(
+            "readership: {} does not reach every reader of {} ({} vs {})",
+            actor.id,
+            target.id,
+            Readership::of(actor),
+            Readership::of(target)
+        ));
+    }
+    let (a, t) = (actor.provenance.trust_level, target.provenance.trust_level);
+    (t == TrustLevel::Verified && a == TrustLevel::Untrusted)
+        .then(|| format!("trust: an {} memory may not lower a {} one", a.as_str(), t.as_str()))
+}
+
+/// Trust rule for replacement: nothing less than verified replaces a verified memory.
+pub fn forbids_trust(winner: TrustLevel, loser: TrustLevel, what: &str) -> Option<String> {
+    (loser == TrustLevel::Verified && winner != TrustLevel::Verified)
+        .then(|| format!("trust: an {} memory may not {what} a verified one", winner.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(scope: Scope, owner: Option<Uuid>, agent: Option<Uuid>, sensitivity: Sensitivity) -> Readership {
+        Readership { scope, owner, agent_id: agent, sensitivity }
+    }
+
+    #[test]
+    fn org_reaches_everything_of_its_sensitivity_and_nothing_narrower_reaches_org() {
+        let (p, x) = (Some(Uuid::now_v7()), Some(Uuid::now_v7()));
+        let org = r(Scope::Org, None, None, Sensitivity::Normal);
+        for other in
+            [r(Scope::Project, p, None, Sensitivity::Normal), r(Scope::AgentPrivate, None, x, Sensitivity::Restricted)]
+        {
+            assert!(org.reaches(&other), "{other}");
+            assert!(!other.reaches(&org), "{other}");
+        }
+        // Everyone reads org memories, so who wrote one does not narrow its readers.
+        assert!(org.same_readers(&r(Scope::Org, None, x, Sensitivity::Normal)));
+        assert!(!r(Scope::Org, None, None, Sensitivity::Restricted).reaches(&org));
+    }
+
+    #[test]
+    fn projects_and_agents_reach_only_their_own() {
+        let (p, q, x, y) = (Some(Uuid::now_v7()), Some(Uuid::now_v7()), Some(Uuid::now_v7()), Some(Uuid::now_v7()));
+        let n = Sensitivity::Normal;
+        assert!(r(Scope::Project, p, None, n).reaches(&r(Scope::Project, p, None, n)));
+        assert!(!r(Scope::Project, p, None, n).reaches(&r(Scope::Project, q, None, n)));
+        assert!(!r(Scope::Project, p, None, n).reaches(&r(Scope::Task, p, None, n)));
+        assert!(!r(Scope::AgentPrivate, None, x, n).reaches(&r(Scope::AgentPrivate, None, y, n)));
+        // X's project memory is read by the project and by X; X's private memory only by X.
+        assert!(r(Scope::Project, p, x, n).reaches(&r(Scope::AgentPrivate, None, x, n)));
+        assert!(!r(Scope::AgentPrivate, None, x, n).reaches(&r(Scope::Project, p, x, n)));
+        assert!(!r(Scope::Project, p, None, n).reaches(&r(Scope::Project, p, x, n)));
+    }
+
+    #[test]
+    fn only_verified_replaces_verified_and_derived_trust_is_the_least() {
+        assert!(forbids_trust(TrustLevel::Unverified, TrustLevel::Verified, "replace").is_some());
+        assert!(forbids_trust(TrustLevel::Untrusted, TrustLevel::Verified, "replace").is_some());
+        assert!(forbids_trust(TrustLevel::Verified, TrustLevel::Verified, "replace").is_none());
+        assert!(forbids_trust(TrustLevel::Untrusted, TrustLevel::Unverified, "replace").is_none());
+        assert_eq!(derived_trust([TrustLevel::Verified, TrustLevel::Untrusted]), TrustLevel::Untrusted);
+    }
+}
