@@ -475,3 +475,66 @@ mod file_reader {
         std::fs::remove_dir_all(root).unwrap();
     }
 }
+
+mod statistics {
+    use super::*;
+
+    async fn corpus_rows(db: &Db, org: Uuid) -> Vec<(i16, String)> {
+        sqlx::query_as("SELECT shard, xmin::text FROM memory_corpus_stats WHERE organization_id = $1 ORDER BY shard")
+            .bind(org)
+            .fetch_all(&db.admin)
+            .await
+            .unwrap()
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn concurrent_writers_of_one_organisation_do_not_queue_on_its_statistics(
+        opts: PgPoolOptions,
+        conn: PgConnectOptions,
+    ) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        memory(org, "deploy kestrel").insert(&db).await;
+        let mut first = store::begin_for_org(&db.app, org).await.unwrap();
+        store::memories::insert(&mut *first, &memory(org, "deploy falcon").new).await.unwrap();
+        let mut second = store::begin_for_org(&db.app, org).await.unwrap();
+        sqlx::query("SET LOCAL lock_timeout = '1s'").execute(&mut *second).await.unwrap();
+        store::memories::insert(&mut *second, &memory(org, "deploy osprey").new)
+            .await
+            .expect("the second writer does not wait for the first");
+        second.commit().await.unwrap();
+        first.commit().await.unwrap();
+
+        let (docs, deploy): (i64, i64) = sqlx::query_as(
+            "SELECT c.doc_count, (SELECT sum(doc_count)::bigint FROM memory_term_stats t \
+                                  WHERE t.organization_id = c.organization_id AND t.lexeme = 'deploy') \
+             FROM memory_corpus_totals c WHERE c.organization_id = $1",
+        )
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+        assert_eq!((docs, deploy), (3, 3));
+        assert_eq!(corpus_rows(&db, org).await.len(), 2, "the second writer opened a shard of its own");
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn updates_that_keep_the_text_leave_the_statistics_alone(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let m = memory(org, "deploy kestrel").insert(&db).await;
+        let before = corpus_rows(&db, org).await;
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        store::memories::record_scan(&mut *tx, org, m.id, chrono::Utc::now(), true, None).await.unwrap();
+        store::transitions::archive(&mut tx, org, m.id, "test").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(corpus_rows(&db, org).await, before);
+
+        sqlx::query("UPDATE memory SET content = 'deploy kestrel nightly' WHERE id = $1")
+            .bind(m.id)
+            .execute(&db.admin)
+            .await
+            .unwrap();
+        assert_ne!(corpus_rows(&db, org).await, before, "a new text is counted");
+    }
+}

@@ -177,8 +177,9 @@ async fn keyword_ranking_prefers_rare_terms_and_statistics_follow_writes(opts: P
     assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
 
     let (docs, deploy): (i64, i64) = sqlx::query_as(
-        "SELECT c.doc_count, t.doc_count FROM memory_corpus_stats c JOIN memory_term_stats t \
-         ON t.organization_id = c.organization_id AND t.lexeme = 'deploy' WHERE c.organization_id = $1",
+        "SELECT c.doc_count, (SELECT sum(doc_count)::bigint FROM memory_term_stats t \
+                              WHERE t.organization_id = c.organization_id AND t.lexeme = 'deploy') \
+         FROM memory_corpus_totals c WHERE c.organization_id = $1",
     )
     .bind(org)
     .fetch_one(&db.admin)
@@ -191,12 +192,13 @@ async fn keyword_ranking_prefers_rare_terms_and_statistics_follow_writes(opts: P
         .execute(&db.admin)
         .await
         .unwrap();
-    let kestrel: i64 =
-        sqlx::query_scalar("SELECT doc_count FROM memory_term_stats WHERE organization_id = $1 AND lexeme = 'kestrel'")
-            .bind(org)
-            .fetch_one(&db.admin)
-            .await
-            .unwrap();
+    let kestrel: i64 = sqlx::query_scalar(
+        "SELECT sum(doc_count)::bigint FROM memory_term_stats WHERE organization_id = $1 AND lexeme = 'kestrel'",
+    )
+    .bind(org)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
     assert_eq!(kestrel, 0);
 }
 

@@ -40,7 +40,7 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
 /// operator's pool: the schema owner with BYPASSRLS (or a superuser), as it reads every tenant's row count.
 pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnIndexChanges> {
     let counts: Vec<(Uuid, i64)> =
-        sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_stats").fetch_all(pool).await?;
+        sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_totals").fetch_all(pool).await?;
     let existing = indexed_tenants(pool).await?;
     let mut changes = AnnIndexChanges::default();
     for (org, count) in &counts {

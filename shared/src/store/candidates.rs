@@ -176,22 +176,24 @@ async fn keyword_pass(
     let KeywordSearch { text_search_config, text, query, limit, extras } = *search;
     let mut qb = QueryBuilder::new(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
-                         FROM memory_corpus_stats WHERE doc_count > 0 AND organization_id = ",
+                         FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
     );
     qb.push_bind(scope.organization_id)
         .push(
             "), terms AS (\
-                 SELECT t.lexeme, coalesce(ts.doc_count, 0) AS df, \
-                        ln(1 + (c.n - coalesce(ts.doc_count, 0) + 0.5) / (coalesce(ts.doc_count, 0) + 0.5)) AS idf, \
-                        c.n \
+                 SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n \
                  FROM memory_keyword_terms(",
         )
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(") AS t(lexeme) CROSS JOIN corpus c LEFT JOIN memory_term_stats ts ON ts.organization_id = ")
+        .push(
+            ") AS t(lexeme) CROSS JOIN corpus c \
+             CROSS JOIN LATERAL (SELECT coalesce(sum(s.doc_count), 0)::float8 AS df FROM memory_term_stats s \
+                                 WHERE s.organization_id = ",
+        )
         .push_bind(scope.organization_id)
-        .push(" AND ts.lexeme = t.lexeme), ")
+        .push(" AND s.lexeme = t.lexeme) ts), ")
         // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
         // organisation): matches on common words alone fill the list with noise that fusion then rewards.
         .push(
