@@ -111,7 +111,7 @@ pub struct RetrievalConfig {
     /// Stage 1 candidate count (nearest neighbours and keyword matches, fused).
     pub candidate_limit: usize,
     /// Rows each Stage 1 branch contributes (vector neighbours; keyword matches). 50 scored as well as 100 on
-    /// SciFact and REALTALK and cut the 1M benchmark's end-to-end p95 by 10-20% (README, Benchmarks).
+    /// SciFact and REALTALK and cut the 1M benchmark's end-to-end p95 by 10-20% (docs/benchmarks.md).
     pub branch_depth: usize,
     /// Largest max_results a caller may ask for.
     pub max_results_cap: usize,
