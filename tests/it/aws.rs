@@ -26,7 +26,7 @@ async fn sdk_config() -> aws_config::SdkConfig {
 #[tokio::test]
 async fn every_worker_queue_exists_with_a_dead_letter_queue() {
     let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
-    for name in ["memory-dedup", "memory-contradiction", "memory-synthesis", "memory-file-scan"] {
+    for name in ["memory-ingest", "memory-dedup", "memory-contradiction", "memory-synthesis", "memory-file-scan"] {
         let url = sqs.get_queue_url().queue_name(name).send().await.unwrap().queue_url.unwrap();
         let attributes = sqs
             .get_queue_attributes()

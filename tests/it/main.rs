@@ -5,6 +5,7 @@ mod api;
 mod aws;
 mod bedrock;
 mod embedder;
+mod ingest;
 mod integrity;
 mod lifecycle;
 mod pipeline;

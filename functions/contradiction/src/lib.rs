@@ -1,15 +1,13 @@
-//! The contradiction worker: checks one new (or re-checked) memory against what it may contradict.
+//! The contradiction worker: `memory_contradiction_check` jobs. Checks one new (or re-checked) memory against what
+//! it may contradict, and promotes a candidate that stays above the promotion confidence.
 
-use memory_core::{db::PgPool, lifecycle::contradiction::ContradictionDetector, services::Services};
-use serde::Deserialize;
+use memory_core::{
+    db::PgPool,
+    jobs::{ContradictionCheckJob, JobType},
+    lifecycle::contradiction::ContradictionDetector,
+    services::Services,
+};
 use uuid::Uuid;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContradictionCheckJob {
-    pub organization_id: Uuid,
-    pub memory_id: Uuid,
-}
 
 pub struct Worker {
     pool: PgPool,
@@ -18,7 +16,11 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        Ok(Self { pool: services.pool.clone(), detector: ContradictionDetector::with_models(services.job_models()?) })
+        Ok(Self::with(services.pool.clone(), ContradictionDetector::with_models(services.job_models()?)))
+    }
+
+    pub fn with(pool: PgPool, detector: ContradictionDetector) -> Self {
+        Self { pool, detector }
     }
 }
 
@@ -30,6 +32,7 @@ impl sqs_worker::JobHandler for Worker {
     }
 
     async fn handle(&self, job: ContradictionCheckJob) -> anyhow::Result<()> {
+        JobType::MemoryContradictionCheck.expect(job.job_type)?;
         self.detector.check(&self.pool, job.organization_id, job.memory_id).await?;
         Ok(())
     }

@@ -1,35 +1,13 @@
-//! The dedup worker: `memory_dedup_review` jobs. A job names the pairs to review, or none to claim the
+//! The dedup worker: `memory_dedup_review` jobs. A job names the pairs to review, or none to lease the
 //! organisation's next deferred pairs.
 
 use memory_core::{
     db::PgPool,
+    jobs::{DedupReviewJob, JobType},
     lifecycle::dedup::{DedupPair, Deduper},
     services::Services,
 };
-use serde::Deserialize;
 use uuid::Uuid;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DedupReviewJob {
-    pub job_type: Option<JobType>,
-    pub organization_id: Uuid,
-    #[serde(default)]
-    pub pairs: Vec<PairRef>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum JobType {
-    MemoryDedupReview,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PairRef {
-    pub a: Uuid,
-    pub b: Uuid,
-}
 
 pub struct Worker {
     pool: PgPool,
@@ -54,6 +32,7 @@ impl sqs_worker::JobHandler for Worker {
     }
 
     async fn handle(&self, job: DedupReviewJob) -> anyhow::Result<()> {
+        JobType::MemoryDedupReview.expect(job.job_type)?;
         if job.pairs.is_empty() {
             self.deduper.review_deferred(&self.pool, job.organization_id).await?;
         } else {

@@ -7,17 +7,11 @@ use std::sync::Arc;
 use memory_core::{
     config,
     db::PgPool,
+    jobs::{FileScanJob, JobType},
     lifecycle::file_scan::{DEFAULT_MAX_FILE_BYTES, DirectoryReader, FileScanner},
     services::Services,
 };
-use serde::Deserialize;
 use uuid::Uuid;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileScanJob {
-    pub organization_id: Uuid,
-}
 
 pub struct Worker {
     pool: PgPool,
@@ -42,6 +36,7 @@ impl sqs_worker::JobHandler for Worker {
     }
 
     async fn handle(&self, job: FileScanJob) -> anyhow::Result<()> {
+        JobType::MemoryFileScan.expect(job.job_type)?;
         let report = self.scanner.scan(&self.pool, job.organization_id).await?;
         tracing::info!(organization_id = %job.organization_id, ?report, "file scan finished");
         Ok(())

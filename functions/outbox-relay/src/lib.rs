@@ -1,14 +1,18 @@
-//! The EventBridge side of the outbox relay: every outbox row becomes one event on the domain bus, with source
-//! `agent-memory`, the event type as its detail type, and a detail carrying the outbox id for deduplication.
+//! The AWS side of the outbox relay: every domain-event row becomes one event on the EventBridge bus, with source
+//! `agent-memory`, the event type as its detail type, and a detail carrying the outbox id for deduplication; every
+//! job row becomes one SQS message on its job type's queue.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_sdk_eventbridge::{Client, config::timeout::TimeoutConfig, primitives::DateTime, types::PutEventsRequestEntry};
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use memory_core::{
     config,
     db::PgPool,
-    lifecycle::outbox::{EventSink, OutboxRelay},
+    jobs::{JobType, QueuedJob},
+    lifecycle::outbox::{EventSink, JobSink, OutboxRelay},
     store::outbox::OutboxEvent,
 };
 
@@ -25,13 +29,9 @@ impl EventBridgeSink {
         Self { client, bus: bus.into() }
     }
 
-    /// The sink for the bus named by `MEMORY_EVENT_BUS`, with the SDK's default credentials and region; calls
-    /// give up after five seconds, so a flush never holds its claimed rows for long.
-    pub async fn from_env() -> anyhow::Result<Self> {
-        let bus = config::required("MEMORY_EVENT_BUS")?;
-        let timeouts = TimeoutConfig::builder().operation_timeout(Duration::from_secs(5)).build();
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts).load().await;
-        Ok(Self::new(Client::new(&sdk), bus))
+    /// The sink for the bus named by `MEMORY_EVENT_BUS`.
+    pub fn from_env(sdk: &SdkConfig) -> anyhow::Result<Self> {
+        Ok(Self::new(Client::new(sdk), config::required("MEMORY_EVENT_BUS")?))
     }
 
     fn entry(&self, event: &OutboxEvent) -> PutEventsRequestEntry {
@@ -61,7 +61,82 @@ impl EventSink for EventBridgeSink {
     }
 }
 
-/// The relay over `pool` publishing to the configured bus.
+/// Sends jobs to the queue of their job type.
+pub struct SqsJobSink {
+    client: aws_sdk_sqs::Client,
+    queues: HashMap<JobType, String>,
+}
+
+impl SqsJobSink {
+    pub fn new(client: aws_sdk_sqs::Client, queues: HashMap<JobType, String>) -> Self {
+        Self { client, queues }
+    }
+
+    /// The queues named by `MEMORY_INGEST_QUEUE_URL`, `MEMORY_DEDUP_QUEUE_URL`, `MEMORY_CONTRADICTION_QUEUE_URL`,
+    /// `MEMORY_SYNTHESIS_QUEUE_URL` and `MEMORY_FILE_SCAN_QUEUE_URL` (a job whose queue is not configured waits in
+    /// the outbox).
+    pub fn from_env(sdk: &SdkConfig) -> Self {
+        let queues = JobType::ALL
+            .into_iter()
+            .filter_map(|job| std::env::var(queue_variable(job)).ok().map(|url| (job, url)))
+            .collect();
+        Self::new(aws_sdk_sqs::Client::new(sdk), queues)
+    }
+}
+
+/// The environment variable naming a job type's queue URL.
+pub fn queue_variable(job: JobType) -> &'static str {
+    match job {
+        JobType::MemoryIngest => "MEMORY_INGEST_QUEUE_URL",
+        JobType::MemoryDedupReview => "MEMORY_DEDUP_QUEUE_URL",
+        JobType::MemoryContradictionCheck => "MEMORY_CONTRADICTION_QUEUE_URL",
+        JobType::MemoryEntitySynthesis => "MEMORY_SYNTHESIS_QUEUE_URL",
+        JobType::MemoryFileScan => "MEMORY_FILE_SCAN_QUEUE_URL",
+    }
+}
+
+#[async_trait]
+impl JobSink for SqsJobSink {
+    async fn send(&self, jobs: &[QueuedJob]) -> anyhow::Result<Vec<bool>> {
+        let mut taken = vec![false; jobs.len()];
+        let mut by_queue: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, job) in jobs.iter().enumerate() {
+            match JobType::parse(&job.job_type).and_then(|t| self.queues.get(&t)) {
+                Some(url) => by_queue.entry(url.as_str()).or_default().push(i),
+                None => tracing::warn!(job_type = %job.job_type, "no queue configured; the job waits in the outbox"),
+            }
+        }
+        for (url, indices) in by_queue {
+            let entries = indices
+                .iter()
+                .map(|&i| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(jobs[i].body.to_string())
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let output = self.client.send_message_batch().queue_url(url).set_entries(Some(entries)).send().await?;
+            for ok in output.successful() {
+                if let Ok(i) = ok.id().parse::<usize>() {
+                    taken[i] = true;
+                }
+            }
+        }
+        Ok(taken)
+    }
+}
+
+/// The SDK configuration of the relay: default credentials and region, and calls that give up after five
+/// seconds, so a flush never holds its claimed rows for long.
+pub async fn sdk_config() -> SdkConfig {
+    let timeouts = TimeoutConfig::builder().operation_timeout(Duration::from_secs(5)).build();
+    aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts).load().await
+}
+
+/// The relay over `pool`, publishing to the configured bus and queues.
 pub async fn relay_from_env(pool: PgPool) -> anyhow::Result<OutboxRelay> {
-    Ok(OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env().await?)))
+    let sdk = sdk_config().await;
+    Ok(OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env(&sdk)?))
+        .with_jobs(Arc::new(SqsJobSink::from_env(&sdk))))
 }

@@ -1,18 +1,13 @@
-//! The synthesis worker: (re)synthesises an entity's profile once it has enough mentions, or on demand.
+//! The synthesis worker: `memory_entity_synthesis` jobs. (Re)synthesises an entity's profiles once it has enough
+//! mentions, or on demand.
 
-use memory_core::{db::PgPool, lifecycle::synthesis::EntitySynthesizer, services::Services};
-use serde::Deserialize;
+use memory_core::{
+    db::PgPool,
+    jobs::{EntitySynthesisJob, JobType},
+    lifecycle::synthesis::EntitySynthesizer,
+    services::Services,
+};
 use uuid::Uuid;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EntitySynthesisJob {
-    pub organization_id: Uuid,
-    pub entity_id: Uuid,
-    /// Synthesise regardless of the mention count (compaction runs).
-    #[serde(default)]
-    pub force: bool,
-}
 
 pub struct Worker {
     pool: PgPool,
@@ -21,8 +16,11 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(services: &Services) -> anyhow::Result<Self> {
-        let synthesizer = EntitySynthesizer::with_models(services.job_models()?);
-        Ok(Self { pool: services.pool.clone(), synthesizer })
+        Ok(Self::with(services.pool.clone(), EntitySynthesizer::with_models(services.job_models()?)))
+    }
+
+    pub fn with(pool: PgPool, synthesizer: EntitySynthesizer) -> Self {
+        Self { pool, synthesizer }
     }
 }
 
@@ -34,6 +32,7 @@ impl sqs_worker::JobHandler for Worker {
     }
 
     async fn handle(&self, job: EntitySynthesisJob) -> anyhow::Result<()> {
+        JobType::MemoryEntitySynthesis.expect(job.job_type)?;
         if job.force {
             self.synthesizer.synthesize_profile(&self.pool, job.organization_id, job.entity_id).await?;
         } else {

@@ -45,15 +45,21 @@ text_enum! {
 }
 
 text_enum! {
-    /// What produced a memory.
+    /// What produced a memory. Extraction services name one of `conversation_turn`, `run`, `file`, `human`,
+    /// `tool_output`, `external`; `synthesis` and `merge` are the lifecycle jobs' own; the rest are older names.
     SourceKind {
-        ChatMessage => "chat_message",
-        Event => "event",
+        ConversationTurn => "conversation_turn",
+        Run => "run",
         File => "file",
-        Import => "import",
-        Explicit => "explicit",
+        Human => "human",
+        ToolOutput => "tool_output",
+        External => "external",
         Synthesis => "synthesis",
         Merge => "merge",
+        ChatMessage => "chat_message",
+        Event => "event",
+        Import => "import",
+        Explicit => "explicit",
     }
 }
 
@@ -127,6 +133,7 @@ pub struct NewMemory {
     pub embedding: Option<Vec<f32>>,
     pub confidence: f64,
     pub created_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
     pub file_path: Option<String>,
     pub content_hash: Option<String>,
     pub provenance: Provenance,
@@ -150,6 +157,7 @@ impl NewMemory {
             embedding: None,
             confidence: 0.5,
             created_at: None,
+            expires_at: None,
             file_path: None,
             content_hash: None,
             provenance: Provenance {

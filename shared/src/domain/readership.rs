@@ -12,7 +12,7 @@ use std::fmt;
 
 use uuid::Uuid;
 
-use super::{Memory, Scope, Sensitivity, TrustLevel};
+use super::{Memory, NewMemory, Scope, Sensitivity, TrustLevel};
 
 /// The part of a memory that decides who reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,12 +27,27 @@ pub struct Readership {
 
 impl Readership {
     pub fn of(memory: &Memory) -> Self {
-        let owner = match memory.scope {
-            Scope::Project => memory.project_id,
-            Scope::Task => memory.project_task_id,
+        Self::new(memory.scope, memory.project_id, memory.project_task_id, memory.agent_id, memory.sensitivity)
+    }
+
+    /// The readership a memory about to be written will have.
+    pub fn of_new(memory: &NewMemory) -> Self {
+        Self::new(memory.scope, memory.project_id, memory.project_task_id, memory.agent_id, memory.sensitivity)
+    }
+
+    fn new(
+        scope: Scope,
+        project_id: Option<Uuid>,
+        task_id: Option<Uuid>,
+        agent_id: Option<Uuid>,
+        sensitivity: Sensitivity,
+    ) -> Self {
+        let owner = match scope {
+            Scope::Project => project_id,
+            Scope::Task => task_id,
             Scope::Org | Scope::AgentPrivate => None,
         };
-        Self { scope: memory.scope, owner, agent_id: memory.agent_id, sensitivity: memory.sensitivity }
+        Self { scope, owner, agent_id, sensitivity }
     }
 
     /// Whether every caller who can read a memory of `other` readership can read one of this readership.

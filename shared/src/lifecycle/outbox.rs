@@ -1,5 +1,6 @@
 //! The outbox relay: publishes the domain events that state changes wrote to `domain_event_outbox` to an event
-//! bus, behind the [`EventSink`] trait (the functions plug in EventBridge).
+//! bus, behind the [`EventSink`] trait (the functions plug in EventBridge), and sends the follow-up jobs written to
+//! `memory_job_outbox` to their queues, behind [`JobSink`] (SQS).
 //!
 //! Events are claimed ten at a time with `FOR UPDATE SKIP LOCKED`, so two relays never send the same row in the
 //! normal case; a row is marked published only once the bus accepted it, and entries the bus refused are retried,
@@ -12,7 +13,10 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::store::{self, outbox::OutboxEvent};
+use crate::{
+    jobs::QueuedJob,
+    store::{self, outbox::OutboxEvent},
+};
 
 /// Events per claim and per publish call (EventBridge's PutEvents limit).
 pub const BATCH: i64 = 10;
@@ -24,6 +28,14 @@ const ATTEMPTS: usize = 3;
 pub trait EventSink: Send + Sync {
     /// Publishes the events; returns, for each in order, whether the bus accepted it. An error means none was.
     async fn publish(&self, events: &[OutboxEvent]) -> anyhow::Result<Vec<bool>>;
+}
+
+/// Where jobs go.
+#[async_trait]
+pub trait JobSink: Send + Sync {
+    /// Sends the jobs to their queues; returns, for each in order, whether its queue took it. An error means none
+    /// was taken.
+    async fn send(&self, jobs: &[QueuedJob]) -> anyhow::Result<Vec<bool>>;
 }
 
 /// What a sweep over every organisation did.
@@ -38,16 +50,63 @@ pub struct SweepReport {
 pub struct OutboxRelay {
     pool: PgPool,
     sink: Arc<dyn EventSink>,
+    jobs: Option<Arc<dyn JobSink>>,
 }
 
 impl OutboxRelay {
     pub fn new(pool: PgPool, sink: Arc<dyn EventSink>) -> Self {
-        Self { pool, sink }
+        Self { pool, sink, jobs: None }
+    }
+
+    /// Also sends the job outbox to `jobs`.
+    pub fn with_jobs(mut self, jobs: Arc<dyn JobSink>) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// Sends the organisation's unsent jobs, then publishes its events; returns how many of both went out.
+    pub async fn flush(&self, organization_id: Uuid) -> crate::Result<usize> {
+        let sent = match &self.jobs {
+            Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id).await,
+            None => Ok(0),
+        };
+        let published = self.flush_events(organization_id).await?;
+        Ok(sent? + published)
+    }
+
+    /// Sends the organisation's unsent jobs, ten at a time, until none is left or a queue refuses.
+    async fn flush_jobs(&self, jobs: &dyn JobSink, organization_id: Uuid) -> crate::Result<usize> {
+        let mut sent = 0;
+        loop {
+            let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+            let batch = store::jobs::claim_unsent(&mut tx, organization_id, BATCH).await?;
+            if batch.is_empty() {
+                tx.commit().await?;
+                return Ok(sent);
+            }
+            let taken: Vec<Uuid> = match jobs.send(&batch).await {
+                Ok(results) => batch.iter().zip(results).filter(|(_, ok)| *ok).map(|(j, _)| j.id).collect(),
+                Err(error) => {
+                    tx.commit().await?;
+                    return Err(crate::Error::Unexpected(error.context("sending follow-up jobs")));
+                }
+            };
+            store::jobs::mark_sent(&mut *tx, organization_id, &taken).await?;
+            tx.commit().await?;
+            sent += taken.len();
+            if taken.len() < batch.len() {
+                return Err(crate::Error::Unexpected(anyhow::anyhow!(
+                    "{} of {} jobs of organisation {organization_id} not sent",
+                    batch.len() - taken.len(),
+                    batch.len()
+                )));
+            }
+        }
     }
 
     /// Publishes the organisation's unpublished events, oldest first, until none is left; returns how many were
     /// published. Stops with an error when the bus refuses a batch; what was not accepted stays in the outbox.
-    pub async fn flush(&self, organization_id: Uuid) -> crate::Result<usize> {
+    async fn flush_events(&self, organization_id: Uuid) -> crate::Result<usize> {
         let mut published = 0;
         loop {
             let mut tx = store::begin_for_org(&self.pool, organization_id).await?;

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{RankedMemory, candidates::Candidate};
-use crate::domain::MemoryType;
+use crate::domain::{MemoryType, TrustLevel};
 
 /// Weights of the composite score; the spec's values are the default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -59,7 +59,12 @@ pub fn rank(
     scored
         .into_iter()
         .take(limit)
-        .map(|(score, c)| RankedMemory { memory: c.memory.clone(), score, cosine_sim: c.cosine_sim })
+        .map(|(score, c)| RankedMemory {
+            untrusted: c.memory.provenance.trust_level == TrustLevel::Untrusted,
+            memory: c.memory.clone(),
+            score,
+            cosine_sim: c.cosine_sim,
+        })
         .collect()
 }
 

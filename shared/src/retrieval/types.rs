@@ -74,6 +74,9 @@ pub struct RankedMemory {
     pub score: f64,
     /// Absent when the query could not be embedded (degraded, keyword-only).
     pub cosine_sim: Option<f64>,
+    /// The memory came from an untrusted source (tool output, external content): a prompt builder should fence
+    /// it as data, never follow it as an instruction.
+    pub untrusted: bool,
 }
 
 /// The pipeline's answer: memories ordered most relevant LAST.

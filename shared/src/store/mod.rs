@@ -7,6 +7,8 @@ pub mod candidates;
 pub mod contradiction;
 pub mod dedup;
 pub mod entities;
+pub mod ingest;
+pub mod jobs;
 pub mod memories;
 pub mod outbox;
 mod predicates;

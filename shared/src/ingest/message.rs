@@ -1,0 +1,101 @@
+//! The ingest message: a batch of memories from an extraction service (version 1).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{
+    domain::{MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
+    jobs::JobType,
+};
+
+/// The message version this service reads.
+pub const VERSION: u32 = 1;
+
+/// `memory_ingest`: up to [`super::MAX_MEMORIES`] memories of one organisation. `batch_id` names the batch for
+/// idempotency: a batch delivered again changes nothing and gets the same memory ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBatch {
+    pub job_type: Option<JobType>,
+    #[serde(default = "version_one")]
+    pub version: u32,
+    pub organization_id: Uuid,
+    pub batch_id: String,
+    pub memories: Vec<IngestMemory>,
+}
+
+fn version_one() -> u32 {
+    VERSION
+}
+
+/// One memory as extraction hands it over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestMemory {
+    pub content: String,
+    pub memory_type: MemoryType,
+    pub scope: Scope,
+    /// Required for `project` scope and for file-backed memories.
+    pub project_id: Option<Uuid>,
+    /// Required for `task` scope.
+    pub task_id: Option<Uuid>,
+    /// Required for `agent_private` scope; otherwise the agent it came from (who then reads it whatever its scope).
+    pub agent_id: Option<Uuid>,
+    #[serde(default = "normal")]
+    pub sensitivity: Sensitivity,
+    #[serde(default = "half")]
+    pub confidence: f64,
+    pub expires_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Taxonomy node paths such as `infrastructure/deploy` (created when missing).
+    #[serde(default)]
+    pub taxonomy: Vec<String>,
+    #[serde(default)]
+    pub entities: Vec<EntityRef>,
+    /// When the source event happened (defaults to now).
+    pub created_at: Option<DateTime<Utc>>,
+    /// Makes the memory file-backed: a path in its project's repository, re-checked by the file scan.
+    pub file_path: Option<String>,
+    pub provenance: IngestProvenance,
+}
+
+fn normal() -> Sensitivity {
+    Sensitivity::Normal
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+/// An entity the memory mentions; entities are found (or created) by kind and normalised name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntityRef {
+    pub name: String,
+    #[serde(default = "concept")]
+    pub kind: String,
+}
+
+fn concept() -> String {
+    "concept".into()
+}
+
+/// Where the memory came from. Required: a memory without provenance is refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestProvenance {
+    /// `conversation_turn`, `run`, `file`, `human`, `tool_output` or `external`.
+    pub source_kind: SourceKind,
+    /// Where in the source: a run and turn id, a file path, a URL, a person.
+    pub source_ref: String,
+    /// The git blob SHA of the file a `file` memory came from.
+    pub git_blob_sha: Option<String>,
+    /// The trust extraction claims; the write gate may lower it.
+    pub trust_level: TrustLevel,
+}

@@ -1,0 +1,308 @@
+//! Ingestion: extraction services hand memories over in batches ([`IngestBatch`]); [`Ingestor::ingest`] checks
+//! them, embeds them, and writes them as candidates in one transaction with their taxonomy tags, entity
+//! mentions, domain events and follow-up jobs:
+//! - a contradiction check per new memory (the check promotes it to `active`, so retrieval sees it only once
+//!   checked);
+//! - a dedup review when a new memory has an active neighbour of the same readership at cosine ≥ 0.88 (the pair
+//!   is deferred for the reviewer);
+//! - an entity synthesis each time an entity's mentions reach a multiple of five.
+//!
+//! A bad memory refuses the whole batch with a reason naming it, and nothing is written. A batch delivered again
+//! returns the ids it got the first time; an exact duplicate of a current memory of the same readership (same
+//! content hash) is not stored again, its id is returned instead.
+
+mod gate;
+mod message;
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+pub use gate::{admitted_trust, forbids_type};
+pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSION};
+
+use crate::{
+    domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope},
+    embed::{EmbedError, Embedder},
+    jobs::{ContradictionCheckJob, DedupReviewJob, EntitySynthesisJob, JobType},
+    lifecycle::{DEFAULT_MODEL_TIMEOUT, file_scan::content_hash, synthesis::MENTION_THRESHOLD},
+    store::{self, transitions},
+};
+
+/// Memories per batch.
+pub const MAX_MEMORIES: usize = 100;
+/// Longest content, in bytes.
+pub const MAX_CONTENT_BYTES: usize = 32 * 1024;
+/// Tags, labels, taxonomy paths and entities per memory.
+pub const MAX_ITEMS: usize = 32;
+/// Cosine similarity from which a new memory and an active one of the same readership are reviewed as
+/// near-duplicates.
+pub const NEAR_DUPLICATE_COSINE: f64 = 0.88;
+/// Neighbours screened per new memory.
+const NEAR_DUPLICATE_NEIGHBOURS: i64 = 5;
+
+/// What an ingest did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestReceipt {
+    /// One id per memory of the batch, in order (an exact duplicate gets the existing memory's id).
+    pub memory_ids: Vec<Uuid>,
+    pub created: usize,
+    pub duplicates: usize,
+    /// The batch had been ingested before; nothing was written.
+    pub replayed: bool,
+}
+
+/// How ingested memories start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Admission {
+    /// As candidates, promoted by their contradiction check (extraction's hand-off).
+    #[default]
+    Candidate,
+    /// As active memories, without a contradiction check (an operator's curated import).
+    Active,
+}
+
+pub struct Ingestor {
+    pool: PgPool,
+    embedder: Arc<dyn Embedder>,
+    timeout: Duration,
+}
+
+/// A checked memory, ready to write.
+struct Checked {
+    new: NewMemory,
+    taxonomy: Vec<Vec<String>>,
+    entities: Vec<(String, String)>,
+}
+
+impl Ingestor {
+    pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>) -> Self {
+        Self { pool, embedder, timeout: DEFAULT_MODEL_TIMEOUT }
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Ingests one batch in one transaction (see the module documentation).
+    pub async fn ingest(&self, batch: &IngestBatch, admission: Admission) -> crate::Result<IngestReceipt> {
+        let org = batch.organization_id;
+        let checked = check(batch)?;
+        let mut tx = store::begin_for_org(&self.pool, org).await?;
+        let seen = store::ingest::batch_ids(&mut tx, org, &batch.batch_id).await?;
+        tx.commit().await?;
+        if let Some(memory_ids) = seen {
+            return Ok(replayed(memory_ids));
+        }
+        let vectors = self.embed(&checked).await?;
+
+        let mut tx = store::begin_for_org(&self.pool, org).await?;
+        if let Some(memory_ids) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id).await? {
+            return Ok(replayed(memory_ids));
+        }
+        let mut receipt = IngestReceipt { memory_ids: Vec::new(), created: 0, duplicates: 0, replayed: false };
+        let mut mentions: BTreeMap<Uuid, i64> = BTreeMap::new();
+        let mut near_duplicates = false;
+        for (Checked { mut new, taxonomy, entities }, vector) in checked.into_iter().zip(vectors) {
+            let hash = content_hash(new.content.as_bytes());
+            let readership = Readership::of_new(&new);
+            if let Some(existing) = store::ingest::find_duplicate(&mut tx, org, &hash, &readership).await? {
+                receipt.memory_ids.push(existing);
+                receipt.duplicates += 1;
+                continue;
+            }
+            new.content_hash = Some(hash);
+            new.embedding = Some(vector);
+            new.status = match admission {
+                Admission::Candidate => MemoryStatus::Candidate,
+                Admission::Active => MemoryStatus::Active,
+            };
+            let memory = transitions::create(&mut tx, &new, &[]).await?;
+            for path in taxonomy {
+                let mut parent = None;
+                for name in &path {
+                    parent = Some(store::taxonomy::upsert_node(&mut *tx, org, parent, name).await?);
+                }
+                store::taxonomy::tag(&mut *tx, org, memory.id, parent.expect("a checked path has a node")).await?;
+            }
+            for (kind, name) in entities {
+                let entity = store::entities::upsert(&mut *tx, org, &kind, &name).await?;
+                if store::entities::add_mention(&mut *tx, org, entity, memory.id).await? {
+                    *mentions.entry(entity).or_default() += 1;
+                }
+            }
+            if admission == Admission::Candidate {
+                let job = ContradictionCheckJob::new(org, memory.id);
+                store::jobs::enqueue(&mut *tx, org, JobType::MemoryContradictionCheck, body(job)).await?;
+            }
+            let vector = new.embedding.as_deref().expect("embedded above");
+            let neighbours = store::ingest::near_duplicates(
+                &mut tx,
+                org,
+                memory.id,
+                &readership,
+                vector,
+                NEAR_DUPLICATE_COSINE,
+                NEAR_DUPLICATE_NEIGHBOURS,
+            )
+            .await?;
+            for (neighbour, cosine) in neighbours {
+                near_duplicates |= store::dedup::defer_pair(&mut *tx, org, memory.id, neighbour, cosine).await?;
+            }
+            receipt.memory_ids.push(memory.id);
+            receipt.created += 1;
+        }
+        for (entity, added) in mentions {
+            let now = store::entities::mention_count(&mut *tx, org, entity).await?;
+            if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
+                let job = EntitySynthesisJob::new(org, entity);
+                store::jobs::enqueue(&mut *tx, org, JobType::MemoryEntitySynthesis, body(job)).await?;
+            }
+        }
+        if near_duplicates {
+            let job = DedupReviewJob::deferred(org);
+            store::jobs::enqueue(&mut *tx, org, JobType::MemoryDedupReview, body(job)).await?;
+        }
+        store::ingest::complete_batch(&mut tx, org, &batch.batch_id, &receipt.memory_ids).await?;
+        tx.commit().await?;
+        Ok(receipt)
+    }
+
+    async fn embed(&self, checked: &[Checked]) -> crate::Result<Vec<Vec<f32>>> {
+        let texts: Vec<String> = checked.iter().map(|c| c.new.content.clone()).collect();
+        match tokio::time::timeout(self.timeout, self.embedder.embed(&texts)).await {
+            Ok(vectors) => Ok(vectors?),
+            Err(_) => Err(EmbedError::Unavailable("embedding the batch timed out".into()).into()),
+        }
+    }
+}
+
+/// A job's message body.
+fn body(job: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(job).expect("a job serialises")
+}
+
+fn replayed(memory_ids: Vec<Uuid>) -> IngestReceipt {
+    IngestReceipt { memory_ids, created: 0, duplicates: 0, replayed: true }
+}
+
+/// Checks every memory of the batch; the first problem refuses the whole batch.
+fn check(batch: &IngestBatch) -> crate::Result<Vec<Checked>> {
+    let refuse = |message: String| Err(crate::Error::validation(message));
+    if batch.version != VERSION {
+        return refuse(format!("unsupported ingest message version {} (this service reads {VERSION})", batch.version));
+    }
+    JobType::MemoryIngest.expect(batch.job_type).map_err(|e| crate::Error::validation(e.to_string()))?;
+    if batch.batch_id.is_empty() || batch.batch_id.len() > 200 {
+        return refuse("batch_id must have 1 to 200 characters".into());
+    }
+    if batch.memories.is_empty() || batch.memories.len() > MAX_MEMORIES {
+        return refuse(format!("a batch holds 1 to {MAX_MEMORIES} memories, not {}", batch.memories.len()));
+    }
+    batch
+        .memories
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            check_memory(batch.organization_id, m).map_err(|why| crate::Error::validation(format!("memory {i}: {why}")))
+        })
+        .collect()
+}
+
+fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, String> {
+    let content = m.content.trim();
+    if content.is_empty() || m.content.len() > MAX_CONTENT_BYTES {
+        return Err(format!("content must be 1 to {MAX_CONTENT_BYTES} bytes"));
+    }
+    if m.memory_type == MemoryType::EntityProfile {
+        return Err("entity_profile memories are written by synthesis only".into());
+    }
+    if !(0.0..=1.0).contains(&m.confidence) || m.confidence.is_nan() {
+        return Err(format!("confidence {} is outside 0-1", m.confidence));
+    }
+    let required = |value: Option<Uuid>, what: &str| value.ok_or_else(|| format!("{} scope needs {what}", m.scope));
+    match m.scope {
+        Scope::Org => {}
+        Scope::Project => {
+            required(m.project_id, "project_id")?;
+        }
+        Scope::Task => {
+            required(m.task_id, "task_id")?;
+        }
+        Scope::AgentPrivate => {
+            required(m.agent_id, "agent_id")?;
+        }
+    }
+    if m.file_path.is_some() && m.project_id.is_none() {
+        return Err("a file-backed memory needs project_id (its repository)".into());
+    }
+    if let (Some(expires), Some(created)) = (m.expires_at, m.created_at)
+        && expires <= created
+    {
+        return Err("expires_at must be after created_at".into());
+    }
+    let too_many =
+        [m.tags.len(), m.labels.len(), m.taxonomy.len(), m.entities.len()].into_iter().any(|n| n > MAX_ITEMS);
+    if too_many {
+        return Err(format!("at most {MAX_ITEMS} tags, labels, taxonomy paths and entities each"));
+    }
+    if m.provenance.source_ref.trim().is_empty() {
+        return Err("provenance.source_ref is required".into());
+    }
+    let trust = admitted_trust(&m.provenance)?;
+    if let Some(why) = forbids_type(m.memory_type, trust) {
+        return Err(why);
+    }
+    let taxonomy = m
+        .taxonomy
+        .iter()
+        .map(|path| {
+            let nodes: Vec<String> = path.split('/').map(|n| n.trim().to_string()).collect();
+            if nodes.iter().any(String::is_empty) || nodes.len() > 8 {
+                Err(format!("taxonomy path {path:?} must be 1 to 8 non-empty names separated by /"))
+            } else {
+                Ok(nodes)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let entities = m
+        .entities
+        .iter()
+        .map(|e| {
+            let name = normalise(&e.name);
+            let kind = normalise(&e.kind);
+            if name.is_empty() || kind.is_empty() {
+                Err("an entity needs a name and a kind".to_string())
+            } else {
+                Ok((kind, name))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let source_ref = match (&m.provenance.git_blob_sha, m.provenance.source_kind) {
+        (Some(sha), crate::domain::SourceKind::File) => format!("{}@{sha}", m.provenance.source_ref.trim()),
+        _ => m.provenance.source_ref.trim().to_string(),
+    };
+    let mut new = NewMemory::new(organization_id, m.memory_type, content);
+    new.scope = m.scope;
+    new.project_id = m.project_id;
+    new.project_task_id = m.task_id;
+    new.agent_id = m.agent_id;
+    new.sensitivity = m.sensitivity;
+    new.confidence = m.confidence;
+    new.created_at = m.created_at;
+    new.expires_at = m.expires_at;
+    new.file_path = m.file_path.clone();
+    new.tags = m.tags.clone();
+    new.labels = serde_json::to_value(&m.labels).expect("string map");
+    new.provenance =
+        Provenance { source_kind: m.provenance.source_kind, source_ref: Some(source_ref), trust_level: trust };
+    Ok(Checked { new, taxonomy, entities })
+}
+
+/// Entity names and kinds are matched lowercased, trimmed, with single spaces.
+pub fn normalise(name: &str) -> String {
+    name.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+}

@@ -1,0 +1,126 @@
+//! What ingestion reads and writes besides memories: the record of ingested batches, exact duplicates by content
+//! hash, and near-duplicate neighbours for the dedup pre-screen, each within one readership.
+
+use pgvector::Vector;
+use sqlx::{PgConnection, QueryBuilder};
+use uuid::Uuid;
+
+use crate::domain::Readership;
+
+/// Reserves `batch_id` for this transaction. None: the caller ingests it; Some(ids): it was ingested before
+/// (a concurrent delivery waits here until the first commits, then gets its ids).
+pub async fn reserve_batch(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    batch_id: &str,
+) -> sqlx::Result<Option<Vec<Uuid>>> {
+    let reserved = sqlx::query(
+        "INSERT INTO memory_ingest_batch (organization_id, batch_id, memory_ids) VALUES ($1, $2, '{}') \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(organization_id)
+    .bind(batch_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if reserved {
+        return Ok(None);
+    }
+    sqlx::query_scalar("SELECT memory_ids FROM memory_ingest_batch WHERE organization_id = $1 AND batch_id = $2")
+        .bind(organization_id)
+        .bind(batch_id)
+        .fetch_one(conn)
+        .await
+        .map(Some)
+}
+
+/// The ids of a batch ingested before, without reserving it.
+pub async fn batch_ids(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    batch_id: &str,
+) -> sqlx::Result<Option<Vec<Uuid>>> {
+    sqlx::query_scalar("SELECT memory_ids FROM memory_ingest_batch WHERE organization_id = $1 AND batch_id = $2")
+        .bind(organization_id)
+        .bind(batch_id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Records the ids a reserved batch got, in message order.
+pub async fn complete_batch(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    batch_id: &str,
+    memory_ids: &[Uuid],
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE memory_ingest_batch SET memory_ids = $3 WHERE organization_id = $1 AND batch_id = $2")
+        .bind(organization_id)
+        .bind(batch_id)
+        .bind(memory_ids.to_vec())
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Appends "the memory `m` has exactly this readership".
+fn push_readership(qb: &mut QueryBuilder<'_, sqlx::Postgres>, readership: &Readership) {
+    qb.push(" AND m.scope = ").push_bind(readership.scope);
+    match readership.scope {
+        crate::domain::Scope::Project => {
+            qb.push(" AND m.project_id = ").push_bind(readership.owner);
+        }
+        crate::domain::Scope::Task => {
+            qb.push(" AND m.project_task_id = ").push_bind(readership.owner);
+        }
+        crate::domain::Scope::Org | crate::domain::Scope::AgentPrivate => {}
+    }
+    qb.push(" AND m.agent_id IS NOT DISTINCT FROM ").push_bind(readership.agent_id);
+    qb.push(" AND m.sensitivity = ").push_bind(readership.sensitivity);
+}
+
+/// A current (candidate or active) memory with this content hash and readership.
+pub async fn find_duplicate(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    content_hash: &str,
+    readership: &Readership,
+) -> sqlx::Result<Option<Uuid>> {
+    let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE m.organization_id = ");
+    qb.push_bind(organization_id)
+        .push(" AND m.content_hash = ")
+        .push_bind(content_hash.to_string())
+        .push(" AND m.status IN ('candidate', 'active')");
+    push_readership(&mut qb, readership);
+    qb.push(" ORDER BY m.id LIMIT 1");
+    qb.build_query_scalar().fetch_optional(conn).await
+}
+
+/// Active memories of the same readership whose cosine similarity to `embedding` is at least `min_cosine`, most
+/// similar first.
+pub async fn near_duplicates(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    memory_id: Uuid,
+    readership: &Readership,
+    embedding: &[f32],
+    min_cosine: f64,
+    limit: i64,
+) -> sqlx::Result<Vec<(Uuid, f64)>> {
+    let vector = Vector::from(embedding.to_vec());
+    let mut qb = QueryBuilder::new("SELECT id, cosine FROM (SELECT m.id, 1 - (m.embedding <=> ");
+    qb.push_bind(vector.clone())
+        .push(") AS cosine FROM memory m WHERE m.organization_id = ")
+        .push_bind(organization_id)
+        .push(" AND m.status = 'active' AND m.embedding IS NOT NULL AND m.id <> ")
+        .push_bind(memory_id);
+    push_readership(&mut qb, readership);
+    qb.push(" ORDER BY m.embedding <=> ")
+        .push_bind(vector)
+        .push(", m.id LIMIT ")
+        .push_bind(limit)
+        .push(") near WHERE cosine >= ")
+        .push_bind(min_cosine);
+    qb.build_query_as().fetch_all(conn).await
+}
