@@ -330,3 +330,31 @@ async fn the_write_gate_sets_trust_from_the_source_and_retrieval_labels_untruste
     assert_eq!(best.memory.content, "The vendor page says the API is deprecated.");
     assert!(best.untrusted, "a prompt builder can fence it");
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_sample_ingest_event_is_applied_case_by_case(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/sqs-ingest.json");
+    let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let worker = ingest::Worker::over(db.app.clone(), integration_tests::minilm());
+    let response = sqs_worker::process(&worker, None, event).await.unwrap();
+    let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    assert_eq!(failed, vec!["ingest-refused-untrusted-procedure"]);
+
+    let org: Uuid = "0a000000-0000-4000-8000-000000000001".parse().unwrap();
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let stored: Vec<(String, TrustLevel, bool)> = sqlx::query_as(
+        "SELECT source_kind, trust_level, file_backed FROM memory WHERE organization_id = $1 ORDER BY source_kind",
+    )
+    .bind(org)
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let expected = vec![
+        ("conversation_turn".to_string(), TrustLevel::Unverified, false),
+        ("file".to_string(), TrustLevel::Verified, true),
+        ("human".to_string(), TrustLevel::Verified, false),
+        ("tool_output".to_string(), TrustLevel::Untrusted, false),
+    ];
+    assert_eq!(stored, expected);
+}

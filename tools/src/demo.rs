@@ -1,12 +1,14 @@
 //! The demo corpus: two organisations with projects, agents, every scope, a taxonomy, entities and restricted
 //! memories, embedded with MiniLM. Deterministic (fixed seed), so README examples always find the same things.
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use chrono::{Duration, Utc};
 use memory_core::{
-    domain::{MemoryType, NewMemory, Scope, Sensitivity, SourceKind, TrustLevel},
-    embed::{Embedder, MiniLm},
+    domain::{MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
+    embed::MiniLm,
+    ingest::{Admission, EntityRef, IngestBatch, IngestMemory, IngestProvenance, Ingestor, MAX_MEMORIES, VERSION},
+    jobs::JobType,
     store,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -152,7 +154,8 @@ const SPECIFIC: &[(&str, MemoryType, &str)] = &[
     ("preferences", MemoryType::Preference, "The user prefers concise answers with code first and explanations after."),
 ];
 
-/// Loads the corpus unless the demo organisations already have memories.
+/// Loads the corpus through the ingest path (as an operator's curated import: active at once) unless the demo
+/// organisations already have memories.
 pub async fn seed(pool: &PgPool, model_dir: &Path) -> anyhow::Result<()> {
     let mut tx = store::begin_for_org(pool, ACME).await?;
     let existing: i64 = sqlx::query_scalar("SELECT count(*) FROM memory WHERE organization_id = $1")
@@ -164,85 +167,93 @@ pub async fn seed(pool: &PgPool, model_dir: &Path) -> anyhow::Result<()> {
         println!("demo corpus already loaded ({existing} memories in the first organisation)");
         return Ok(());
     }
-    let embedder = MiniLm::new(model_dir)?;
+    let ingestor = Ingestor::new(pool.clone(), Arc::new(MiniLm::new(model_dir)?));
     let mut total = 0;
     for (i, org) in [ACME, GLOBEX].into_iter().enumerate() {
-        total += seed_organization(pool, &embedder, i, org).await?;
+        let mut tx = store::begin_for_org(pool, org).await?;
+        store::agents::upsert(&mut *tx, org, CODER[i], "coder", Scope::ALL).await?;
+        store::agents::upsert(&mut *tx, org, REVIEWER[i], "reviewer", &[Scope::Org]).await?;
+        tx.commit().await?;
+        for (n, memories) in corpus(i).chunks(MAX_MEMORIES).enumerate() {
+            let batch = IngestBatch {
+                job_type: Some(JobType::MemoryIngest),
+                version: VERSION,
+                organization_id: org,
+                batch_id: format!("demo-{n}"),
+                memories: memories.to_vec(),
+            };
+            total += ingestor.ingest(&batch, Admission::Active).await?.created;
+        }
     }
     println!("demo corpus loaded: {total} memories in 2 organisations");
     Ok(())
 }
 
-async fn seed_organization(pool: &PgPool, embedder: &MiniLm, i: usize, org: Uuid) -> anyhow::Result<usize> {
+/// The memories of demo organisation `i`, as an extraction service would hand them over.
+fn corpus(i: usize) -> Vec<IngestMemory> {
     let mut rng = StdRng::seed_from_u64(40 + i as u64);
-    let mut rows: Vec<(&str, NewMemory, Option<&str>)> = Vec::new();
     let now = Utc::now();
+    let mut memories = Vec::new();
     for service in SERVICES {
         let templates = TEMPLATES.iter().map(|t| (t, Sensitivity::Normal));
         let restricted = RESTRICTED.iter().map(|t| (t, Sensitivity::Restricted));
         for ((path, memory_type, template), sensitivity) in templates.chain(restricted) {
-            let content = template.replace("{s}", service);
-            let mut m = NewMemory::new(org, *memory_type, content);
-            m.sensitivity = sensitivity;
-            m.confidence = rng.random_range(0.55..0.98);
-            m.created_at = Some(now - Duration::hours(rng.random_range(1..24 * 365)));
-            m.tags = vec![service.to_string()];
-            m.labels = serde_json::json!({ "service": service });
-            m.provenance.source_kind = SourceKind::ChatMessage;
-            m.provenance.trust_level = if rng.random_bool(0.5) { TrustLevel::Verified } else { TrustLevel::Unverified };
-            m.provenance.source_ref =
-                Some(format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40)));
-            match rng.random_range(0..100) {
-                0..50 => {}
-                50..75 => {
-                    m.scope = Scope::Project;
-                    m.project_id = Some(PROJECT[i]);
-                }
-                75..85 => {
-                    m.scope = Scope::Task;
-                    m.project_id = Some(PROJECT[i]);
-                    m.project_task_id = Some(TASK[i]);
-                }
-                _ => {
-                    m.scope = Scope::AgentPrivate;
-                    m.agent_id = Some(CODER[i]);
-                }
-            }
-            rows.push((path, m, Some(service)));
+            let (scope, project_id, task_id, agent_id) = match rng.random_range(0..100) {
+                0..50 => (Scope::Org, None, None, None),
+                50..75 => (Scope::Project, Some(PROJECT[i]), None, None),
+                75..85 => (Scope::Task, Some(PROJECT[i]), Some(TASK[i]), None),
+                _ => (Scope::AgentPrivate, None, None, Some(CODER[i])),
+            };
+            let (source_kind, trust_level) = if rng.random_bool(0.5) {
+                (SourceKind::Human, TrustLevel::Verified)
+            } else {
+                (SourceKind::ConversationTurn, TrustLevel::Unverified)
+            };
+            let source_ref = format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40));
+            memories.push(IngestMemory {
+                content: template.replace("{s}", service),
+                memory_type: *memory_type,
+                scope,
+                project_id,
+                task_id,
+                agent_id,
+                sensitivity,
+                confidence: rng.random_range(0.55..0.98),
+                expires_at: None,
+                tags: vec![service.to_string()],
+                labels: [("service".to_string(), service.to_string())].into(),
+                taxonomy: vec![path.to_string()],
+                entities: vec![EntityRef { name: service.to_string(), kind: "service".into() }],
+                created_at: Some(now - Duration::hours(rng.random_range(1..24 * 365))),
+                file_path: None,
+                provenance: IngestProvenance { source_kind, source_ref, git_blob_sha: None, trust_level },
+            });
         }
     }
     for (path, memory_type, content) in SPECIFIC {
-        let mut m = NewMemory::new(org, *memory_type, *content);
-        m.confidence = 0.9;
-        m.provenance.trust_level = TrustLevel::Verified;
-        rows.push((path, m, None));
+        memories.push(IngestMemory {
+            content: content.to_string(),
+            memory_type: *memory_type,
+            scope: Scope::Org,
+            project_id: None,
+            task_id: None,
+            agent_id: None,
+            sensitivity: Sensitivity::Normal,
+            confidence: 0.9,
+            expires_at: None,
+            tags: Vec::new(),
+            labels: Default::default(),
+            taxonomy: vec![path.to_string()],
+            entities: Vec::new(),
+            created_at: None,
+            file_path: None,
+            provenance: IngestProvenance {
+                source_kind: SourceKind::Human,
+                source_ref: "demo".into(),
+                git_blob_sha: None,
+                trust_level: TrustLevel::Verified,
+            },
+        });
     }
-
-    let texts: Vec<String> = rows.iter().map(|(_, m, _)| m.content.clone()).collect();
-    let vectors = embedder.embed(&texts).await?;
-
-    let mut tx = store::begin_for_org(pool, org).await?;
-    store::agents::upsert(&mut *tx, org, CODER[i], "coder", Scope::ALL).await?;
-    store::agents::upsert(&mut *tx, org, REVIEWER[i], "reviewer", &[Scope::Org]).await?;
-    for ((path, mut m, service), vector) in rows.into_iter().zip(vectors) {
-        m.embedding = Some(vector);
-        let memory = store::memories::insert(&mut *tx, &m).await?;
-        let mut parent = None;
-        for name in path.split('/') {
-            parent = Some(store::taxonomy::upsert_node(&mut *tx, org, parent, name).await?);
-        }
-        if let Some(node) = parent {
-            store::taxonomy::tag(&mut *tx, org, memory.id, node).await?;
-        }
-        if let Some(service) = service {
-            let entity = store::entities::upsert(&mut *tx, org, "service", service).await?;
-            store::entities::add_mention(&mut *tx, org, entity, memory.id).await?;
-        }
-    }
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM memory WHERE organization_id = $1")
-        .bind(org)
-        .fetch_one(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(count as usize)
+    memories
 }

@@ -1,11 +1,18 @@
-//! memory-admin: migrations, the demo corpus and local tokens.
+//! memory-admin: migrations, tenant indexes, the data a deployment is populated with, the job queues, the demo
+//! corpus and local tokens.
 
 mod demo;
+mod operate;
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use memory_core::{
     config::{self, DatabaseConfig},
-    db, store,
+    db,
+    domain::Scope,
+    ingest::Admission,
+    store,
 };
 use uuid::Uuid;
 
@@ -26,7 +33,33 @@ enum Command {
         #[arg(long, default_value_t = store::ann::DEFAULT_MIN_MEMORIES)]
         min_memories: i64,
     },
-    /// Load the demo corpus (two organisations) unless it is already there.
+    /// Agent profiles.
+    Agents {
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
+    /// The memory taxonomy.
+    Taxonomy {
+        #[command(subcommand)]
+        command: TaxonomyCommand,
+    },
+    /// Ingest memories from a JSON Lines file of ingest messages (one batch per line): sent to the ingest queue,
+    /// or applied here with --direct.
+    Ingest {
+        file: PathBuf,
+        /// Apply the batches here (embedding with MiniLM) instead of sending them to MEMORY_INGEST_QUEUE_URL.
+        #[arg(long)]
+        direct: bool,
+        /// With --direct: store the memories active, without contradiction checks (a curated import).
+        #[arg(long, requires = "direct")]
+        activate: bool,
+    },
+    /// The worker queues.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+    /// Load the demo corpus (two organisations) through the ingest path unless it is already there.
     SeedDemo,
     /// Print a local HS256 token signed with MEMORY_JWT_SECRET.
     Token {
@@ -41,6 +74,38 @@ enum Command {
         #[arg(long, default_value_t = 24)]
         hours: u64,
     },
+}
+
+#[derive(Subcommand)]
+enum AgentsCommand {
+    /// Set an agent's memory read scopes (`org` is always included).
+    SetScopes {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        agent: Uuid,
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Comma-separated: org, project, task, agent_private.
+        #[arg(long, value_delimiter = ',')]
+        scopes: Vec<Scope>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TaxonomyCommand {
+    /// Import a tree of node names from a JSON or YAML file; nodes that exist are kept.
+    Import {
+        #[arg(long)]
+        org: Uuid,
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum JobsCommand {
+    /// Queue depths, dead-letter counts, and what waits in the outboxes.
+    Status,
 }
 
 #[tokio::main]
@@ -61,6 +126,25 @@ async fn main() -> anyhow::Result<()> {
                 changes.kept
             );
         }
+        Command::Agents { command: AgentsCommand::SetScopes { org, agent, name, scopes } } => {
+            let scopes = operate::set_scopes(&admin_pool()?, org, agent, &name, &scopes).await?;
+            println!("agent {agent} reads {}", scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+        }
+        Command::Taxonomy { command: TaxonomyCommand::Import { org, file } } => {
+            let count = operate::import_taxonomy(&admin_pool()?, org, &file).await?;
+            println!("taxonomy of {org}: {count} nodes imported");
+        }
+        Command::Ingest { file, direct, activate } => {
+            let batches = operate::read_batches(&file)?;
+            if direct {
+                let model_dir = config::required("MEMORY_MODEL_DIR")?;
+                let admission = if activate { Admission::Active } else { Admission::Candidate };
+                operate::ingest_directly(&admin_pool()?, model_dir.as_ref(), &batches, admission).await?;
+            } else {
+                operate::send_batches(&batches).await?;
+            }
+        }
+        Command::Jobs { command: JobsCommand::Status } => operate::jobs_status(&admin_pool()?).await?,
         Command::SeedDemo => {
             let pool = admin_pool()?;
             let model_dir = config::required("MEMORY_MODEL_DIR")?;

@@ -64,3 +64,18 @@ pub async fn upsert(
     .await
     .map(|_| ())
 }
+
+/// An agent's stored read scopes (None without a profile).
+pub async fn read_scopes(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    agent_id: Uuid,
+) -> sqlx::Result<Option<Vec<Scope>>> {
+    let scopes: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT memory_read_scopes FROM agent_profile WHERE organization_id = $1 AND agent_id = $2")
+            .bind(organization_id)
+            .bind(agent_id)
+            .fetch_optional(executor)
+            .await?;
+    parse_scopes(scopes)
+}

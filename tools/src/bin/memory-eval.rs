@@ -8,19 +8,20 @@ use std::{
     collections::{BTreeMap, HashMap},
     io::{BufRead, Write},
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::Instant,
 };
 
 use anyhow::Context;
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use memory_core::{
     config::RetrievalConfig,
-    domain::{MemoryType, NewMemory},
-    embed::{CachedEmbedder, Embedder, MiniLm},
+    embed::{CachedEmbedder, EmbedError, Embedder, MiniLm},
+    ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
     retrieval::{RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion},
-    store::{self, SearchFilters},
+    store::SearchFilters,
 };
 use memory_tools::{scratch, stats};
 use serde::Deserialize;
@@ -108,54 +109,84 @@ fn organization_of(group: Option<&str>) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}", group.unwrap_or("default")).as_bytes())
 }
 
-/// Document embeddings cached on disk: records of sha256(text) followed by the vector.
-struct EmbeddingCache {
+/// The model with document embeddings cached on disk (records of sha256(text) followed by the vector), so a
+/// dataset is embedded once across runs.
+struct DiskCachedEmbedder {
+    model: Arc<MiniLm>,
     path: PathBuf,
-    dim: usize,
-    vectors: HashMap<[u8; 32], Vec<f32>>,
+    vectors: Mutex<HashMap<[u8; 32], Vec<f32>>>,
 }
 
-impl EmbeddingCache {
-    fn open(dir: &Path, model: &str, dim: usize) -> anyhow::Result<Self> {
+impl DiskCachedEmbedder {
+    fn open(model: Arc<MiniLm>, dir: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join(format!("{}-{dim}.bin", model.replace('/', "_")));
+        let dim = model.dimension();
+        let path = dir.join(format!("{}-{dim}.bin", model.model_id().replace('/', "_")));
         let mut vectors = HashMap::new();
         if let Ok(bytes) = std::fs::read(&path) {
-            let record = 32 + dim * 4;
-            for chunk in bytes.chunks_exact(record) {
+            for chunk in bytes.chunks_exact(32 + dim * 4) {
                 let key: [u8; 32] = chunk[..32].try_into()?;
                 let v = chunk[32..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
                 vectors.insert(key, v);
             }
         }
-        Ok(Self { path, dim, vectors })
+        Ok(Self { model, path, vectors: Mutex::new(vectors) })
     }
 
     fn key(text: &str) -> [u8; 32] {
         Sha256::digest(text.as_bytes()).into()
     }
+}
 
-    async fn embed_all(&mut self, embedder: &dyn Embedder, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
-        let missing: Vec<String> =
-            texts.iter().filter(|t| !self.vectors.contains_key(&Self::key(t))).cloned().collect();
-        if !missing.is_empty() {
-            let started = Instant::now();
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
-            for (n, chunk) in missing.chunks(256).enumerate() {
-                let vectors = embedder.embed(chunk).await?;
-                for (text, v) in chunk.iter().zip(vectors) {
-                    anyhow::ensure!(v.len() == self.dim, "embedding of dimension {}", v.len());
-                    let key = Self::key(text);
-                    file.write_all(&key)?;
-                    v.iter().try_for_each(|x| file.write_all(&x.to_le_bytes()))?;
-                    self.vectors.insert(key, v);
-                }
-                eprint!("\rembedded {}/{} documents", ((n + 1) * 256).min(missing.len()), missing.len());
-            }
-            eprintln!(" in {:.0?}", started.elapsed());
-        }
-        Ok(texts.iter().map(|t| self.vectors[&Self::key(t)].clone()).collect())
+#[async_trait]
+impl Embedder for DiskCachedEmbedder {
+    fn dimension(&self) -> usize {
+        self.model.dimension()
     }
+
+    fn model_id(&self) -> &str {
+        self.model.model_id()
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let missing: Vec<String> = {
+            let vectors = self.vectors.lock().expect("cache lock");
+            texts.iter().filter(|t| !vectors.contains_key(&Self::key(t))).cloned().collect()
+        };
+        if !missing.is_empty() {
+            let embedded = self.model.embed(&missing).await?;
+            let write = |file: &mut std::fs::File, key: &[u8; 32], v: &[f32]| -> std::io::Result<()> {
+                file.write_all(key)?;
+                v.iter().try_for_each(|x| file.write_all(&x.to_le_bytes()))
+            };
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| EmbedError::Inference(format!("embedding cache: {e}")))?;
+            let mut vectors = self.vectors.lock().expect("cache lock");
+            for (text, v) in missing.iter().zip(embedded) {
+                let key = Self::key(text);
+                write(&mut file, &key, &v).map_err(|e| EmbedError::Inference(format!("embedding cache: {e}")))?;
+                vectors.insert(key, v);
+            }
+        }
+        let vectors = self.vectors.lock().expect("cache lock");
+        Ok(texts.iter().map(|t| vectors[&Self::key(t)].clone()).collect())
+    }
+}
+
+/// One dataset document as an extraction service would hand it over: an organisation-wide semantic memory.
+fn as_memory(doc: &RawDoc) -> IngestMemory {
+    let content = if doc.title.is_empty() { doc.text.clone() } else { format!("{} {}", doc.title, doc.text) };
+    serde_json::from_value(json!({
+        "content": content,
+        "memory_type": "semantic",
+        "scope": "org",
+        "created_at": doc.metadata.created_at,
+        "provenance": {"source_kind": "run", "source_ref": doc.id, "trust_level": "unverified"},
+    }))
+    .expect("a well-formed memory")
 }
 
 #[tokio::main]
@@ -174,33 +205,34 @@ async fn main() -> anyhow::Result<()> {
         if has_time { "on" } else { "off (no timestamps)" }
     );
 
-    // Load: one organisation per group, documents as organisation-wide semantic memories.
+    // Load through the ingest path, as production stores memories: one organisation per group, documents as
+    // organisation-wide semantic memories (an exact duplicate within a group is stored once).
     let db = scratch::recreate("memory_eval", 8).await?;
     let model = Arc::new(MiniLm::new(&args.model_dir)?);
-    let mut cache = EmbeddingCache::open(&args.cache_dir, model.model_id(), model.dimension())?;
-    let texts: Vec<String> = docs
-        .iter()
-        .map(|d| if d.title.is_empty() { d.text.clone() } else { format!("{} {}", d.title, d.text) })
-        .collect();
-    let vectors = cache.embed_all(model.as_ref(), &texts).await?;
+    let cached = Arc::new(DiskCachedEmbedder::open(model.clone(), &args.cache_dir)?);
+    let ingestor = Ingestor::new(db.admin.clone(), cached);
     let mut doc_of: HashMap<Uuid, String> = HashMap::new();
-    let mut by_org: BTreeMap<Uuid, Vec<NewMemory>> = BTreeMap::new();
-    for ((doc, text), vector) in docs.iter().zip(texts).zip(vectors) {
-        let org = organization_of(doc.metadata.group.as_deref());
-        let mut m = NewMemory::new(org, MemoryType::Semantic, text);
-        m.embedding = Some(vector);
-        m.created_at = doc.metadata.created_at;
-        m.provenance.source_ref = Some(doc.id.clone());
-        by_org.entry(org).or_default().push(m);
+    let mut by_org: BTreeMap<Uuid, Vec<&RawDoc>> = BTreeMap::new();
+    for doc in &docs {
+        by_org.entry(organization_of(doc.metadata.group.as_deref())).or_default().push(doc);
     }
-    for (org, memories) in by_org {
-        let mut tx = store::begin_for_org(&db.admin, org).await?;
-        for m in memories {
-            let stored = store::memories::insert(&mut *tx, &m).await?;
-            doc_of.insert(stored.id, m.provenance.source_ref.clone().unwrap_or_default());
+    let started = Instant::now();
+    for (org, org_docs) in by_org {
+        for (n, chunk) in org_docs.chunks(MAX_MEMORIES).enumerate() {
+            let batch = IngestBatch {
+                job_type: None,
+                version: VERSION,
+                organization_id: org,
+                batch_id: format!("eval-{n}"),
+                memories: chunk.iter().map(|d| as_memory(d)).collect(),
+            };
+            let receipt = ingestor.ingest(&batch, Admission::Active).await?;
+            for (id, doc) in receipt.memory_ids.into_iter().zip(chunk) {
+                doc_of.entry(id).or_insert_with(|| doc.id.clone());
+            }
         }
-        tx.commit().await?;
     }
+    eprintln!("ingested {} documents in {:.0?}", docs.len(), started.elapsed());
     sqlx::query("ANALYZE memory").execute(&db.admin).await?;
 
     // The configuration the service runs with (MEMORY_* tunables honoured), so a setting can be evaluated.

@@ -1,0 +1,183 @@
+//! memory-admin's data commands: what a deployment needs to be populated without SQL.
+
+use std::{io::BufRead, path::Path, sync::Arc};
+
+use memory_core::{
+    domain::Scope,
+    embed::MiniLm,
+    ingest::{Admission, IngestBatch, Ingestor},
+    jobs::JobType,
+    store,
+};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Sets an agent's read scopes (creating its profile) and returns them: `org` is always among them.
+pub async fn set_scopes(
+    pool: &PgPool,
+    org: Uuid,
+    agent: Uuid,
+    name: &str,
+    scopes: &[Scope],
+) -> anyhow::Result<Vec<Scope>> {
+    let mut tx = store::begin_for_org(pool, org).await?;
+    store::agents::upsert(&mut *tx, org, agent, name, scopes).await?;
+    let stored = store::agents::read_scopes(&mut *tx, org, agent).await?.unwrap_or_default();
+    tx.commit().await?;
+    Ok(stored)
+}
+
+/// Imports a taxonomy tree from a JSON or YAML file: nested maps of node names (a leaf maps to nothing, an empty
+/// map, or a list of leaf names). Existing nodes are kept; returns how many nodes the file names.
+pub async fn import_taxonomy(pool: &PgPool, org: Uuid, file: &Path) -> anyhow::Result<usize> {
+    let tree: serde_json::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(file)?)?;
+    let mut tx = store::begin_for_org(pool, org).await?;
+    let mut count = 0;
+    let mut stack: Vec<(Option<Uuid>, serde_json::Value)> = vec![(None, tree)];
+    while let Some((parent, node)) = stack.pop() {
+        match node {
+            serde_json::Value::Object(children) => {
+                for (name, child) in children {
+                    let id = store::taxonomy::upsert_node(&mut *tx, org, parent, name.trim()).await?;
+                    count += 1;
+                    stack.push((Some(id), child));
+                }
+            }
+            serde_json::Value::Array(leaves) => {
+                for leaf in leaves {
+                    let name =
+                        leaf.as_str().ok_or_else(|| anyhow::anyhow!("a taxonomy list holds names, not {leaf}"))?;
+                    store::taxonomy::upsert_node(&mut *tx, org, parent, name.trim()).await?;
+                    count += 1;
+                }
+            }
+            serde_json::Value::Null => {}
+            other => anyhow::bail!("a taxonomy node maps to a map, a list of names or nothing, not {other}"),
+        }
+    }
+    tx.commit().await?;
+    Ok(count)
+}
+
+/// The ingest messages of a JSON Lines file, one batch per line.
+pub fn read_batches(file: &Path) -> anyhow::Result<Vec<IngestBatch>> {
+    let reader = std::io::BufReader::new(std::fs::File::open(file)?);
+    let mut batches = Vec::new();
+    for (n, line) in reader.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        batches.push(serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("line {}: {e}", n + 1))?);
+    }
+    Ok(batches)
+}
+
+/// Sends each batch as one message to the ingest queue (`MEMORY_INGEST_QUEUE_URL`).
+pub async fn send_batches(batches: &[IngestBatch]) -> anyhow::Result<()> {
+    let url = memory_core::config::required(outbox_relay::queue_variable(JobType::MemoryIngest))?;
+    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    for batch in batches {
+        sqs.send_message().queue_url(&url).message_body(serde_json::to_string(batch)?).send().await?;
+        println!("sent batch {} ({} memories)", batch.batch_id, batch.memories.len());
+    }
+    Ok(())
+}
+
+/// Applies each batch here, embedding with MiniLM, then sends the follow-up jobs and events when the queues and
+/// the bus are configured (otherwise they wait in the outbox).
+pub async fn ingest_directly(
+    pool: &PgPool,
+    model_dir: &Path,
+    batches: &[IngestBatch],
+    admission: Admission,
+) -> anyhow::Result<()> {
+    let ingestor = Ingestor::new(pool.clone(), Arc::new(MiniLm::new(model_dir)?));
+    for batch in batches {
+        let receipt = ingestor.ingest(batch, admission).await?;
+        println!(
+            "batch {}: {} created, {} duplicates{}",
+            batch.batch_id,
+            receipt.created,
+            receipt.duplicates,
+            if receipt.replayed { " (ingested before)" } else { "" }
+        );
+    }
+    match outbox_relay::relay_from_env(pool.clone()).await {
+        Ok(relay) => {
+            let mut orgs: Vec<Uuid> = batches.iter().map(|b| b.organization_id).collect();
+            orgs.dedup();
+            for org in orgs {
+                if let Err(e) = relay.flush(org).await {
+                    eprintln!("follow-up jobs and events of {org} wait in the outbox: {e}");
+                }
+            }
+        }
+        Err(e) => eprintln!("follow-up jobs and events wait in the outbox ({e})"),
+    }
+    Ok(())
+}
+
+/// Prints each configured queue's depth and its dead-letter queue's, and what waits in the outboxes.
+pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    println!("{:<28} {:>9} {:>9} {:>9}", "queue", "waiting", "in flight", "dead");
+    for job in JobType::ALL {
+        let Ok(url) = std::env::var(outbox_relay::queue_variable(job)) else {
+            println!("{:<28} (not configured: {})", job.as_str(), outbox_relay::queue_variable(job));
+            continue;
+        };
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::RedrivePolicy)
+            .send()
+            .await?
+            .attributes
+            .unwrap_or_default();
+        let number = |a: &A| attributes.get(a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let dead = match attributes.get(&A::RedrivePolicy) {
+            Some(policy) => dead_letters(&sqs, policy).await?,
+            None => 0,
+        };
+        println!(
+            "{:<28} {:>9} {:>9} {:>9}",
+            job.as_str(),
+            number(&A::ApproximateNumberOfMessages),
+            number(&A::ApproximateNumberOfMessagesNotVisible),
+            dead
+        );
+    }
+    let (jobs, events): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memory_job_outbox WHERE sent_at IS NULL), \
+                (SELECT count(*) FROM domain_event_outbox WHERE published_at IS NULL)",
+    )
+    .fetch_one(pool)
+    .await?;
+    println!("outbox: {jobs} jobs not sent, {events} events not published");
+    Ok(())
+}
+
+/// Messages on the dead-letter queue named by a redrive policy.
+async fn dead_letters(sqs: &aws_sdk_sqs::Client, policy: &str) -> anyhow::Result<u64> {
+    let policy: serde_json::Value = serde_json::from_str(policy)?;
+    let Some(name) = policy["deadLetterTargetArn"].as_str().and_then(|arn| arn.rsplit(':').next()) else {
+        return Ok(0);
+    };
+    let url = sqs.get_queue_url().queue_name(name).send().await?.queue_url.unwrap_or_default();
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    Ok(attributes
+        .get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
