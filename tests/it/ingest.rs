@@ -358,3 +358,37 @@ async fn the_sample_ingest_event_is_applied_case_by_case(opts: PgPoolOptions, co
     ];
     assert_eq!(stored, expected);
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_follow_up_job_whose_send_fails_waits_in_the_outbox_and_is_sent_later(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let sdk = sdk().await;
+    let checks = queue(&sdk, format!("t-{}-later", org.simple())).await;
+    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)));
+    Ingestor::new(db.app.clone(), embedder)
+        .ingest(&batch(org, "b", vec![turn("a fact")]), Admission::Candidate)
+        .await
+        .unwrap();
+    let bus = std::env::var("MEMORY_EVENT_BUS").unwrap_or_else(|_| "agent-memory".into());
+    let relay = |sqs: aws_sdk_sqs::Client| {
+        let jobs = SqsJobSink::new(sqs, HashMap::from([(JobType::MemoryContradictionCheck, checks.clone())]));
+        OutboxRelay::new(
+            db.app.clone(),
+            Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus.clone())),
+        )
+        .with_jobs(Arc::new(jobs))
+    };
+    let unreachable = aws_sdk_sqs::config::Builder::from(&sdk).endpoint_url("http://127.0.0.1:9").build();
+    assert!(relay(aws_sdk_sqs::Client::from_conf(unreachable)).flush(org).await.is_err());
+    assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_contradiction_check", 1)]));
+
+    relay(aws_sdk_sqs::Client::new(&sdk)).sweep().await.unwrap();
+    assert!(unsent_jobs(&db, org).await.is_empty());
+    let received = receive(&sdk, &checks, 1).await;
+    let job: serde_json::Value = serde_json::from_str(received.records[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(job["job_type"], "memory_contradiction_check");
+}
