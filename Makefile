@@ -6,11 +6,13 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop clean test stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan events clean test stack token lint fmt bench eval realtalk
 
 help:
-	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1"
+	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
 	@echo "make stop   stop what make run started"
+	@echo "make scan   fire the daily file scan now (with make run up)"
+	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
@@ -23,6 +25,12 @@ run:
 
 stop:
 	@scripts/run.sh stop
+
+scan:
+	@scripts/run.sh scan
+
+events:
+	@scripts/run.sh events
 
 clean: stop
 	@scripts/stack.sh clean

@@ -34,9 +34,16 @@ for name, variable in QUEUES.items():
         },
     )["QueueUrl"]
     exports.append(f"export {variable}={url}\n")
-with open(sys.argv[1], "w") as out:
-    out.writelines(exports)
 
 if BUS not in [b["Name"] for b in events.list_event_buses()["EventBuses"]]:
     events.create_event_bus(Name=BUS)
+
+# Every domain event of the bus is also copied to a queue, so a developer can watch them (make events).
+watch_url = sqs.create_queue(QueueName="memory-domain-events")["QueueUrl"]
+watch_arn = sqs.get_queue_attributes(QueueUrl=watch_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+events.put_rule(Name="watch-domain-events", EventBusName=BUS, EventPattern=json.dumps({"source": ["agent-memory"]}))
+events.put_targets(Rule="watch-domain-events", EventBusName=BUS, Targets=[{"Id": "watch", "Arn": watch_arn}])
+exports.append(f"export MEMORY_EVENTS_WATCH_QUEUE_URL={watch_url}\n")
+with open(sys.argv[1], "w") as out:
+    out.writelines(exports)
 print(f"[stack] queues {', '.join(QUEUES)} (with DLQs) and event bus {BUS} ready")

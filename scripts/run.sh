@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# make run / make stop / make token: the local retrieve API over the local stack.
+# make run / make stop / make scan / make events / make token: the local retrieve API and workers over the local stack.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-PID_FILE="$ROOT/.local/retrieve.pid"
 BIND="${MEMORY_BIND:-127.0.0.1:8787}"
 URL="http://$BIND"
 
-server_running() { [[ -f "$PID_FILE" ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; }
+running() { [[ -f "$ROOT/.local/$1.pid" ]] && kill -0 "$(cat "$ROOT/.local/$1.pid")" 2>/dev/null; }
 
 build() {
     echo "[run] building (first build takes several minutes)" >&2
@@ -16,6 +15,32 @@ build() {
 
 admin() { "$CARGO_TARGET_DIR/debug/memory-admin" "$@"; }
 
+# Starts a binary in the background unless it runs; its log and pid live in .local/.
+start() {
+    local name="$1"
+    shift
+    if running "$name"; then
+        echo "[run] $name already running (pid $(cat "$ROOT/.local/$name.pid"))"
+    else
+        nohup "$@" >"$ROOT/.local/$name.log" 2>&1 &
+        echo $! >"$ROOT/.local/$name.pid"
+    fi
+}
+
+stop() {
+    local name="$1"
+    if running "$name"; then kill "$(cat "$ROOT/.local/$name.pid")"; echo "[run] stopped $name"; fi
+    rm -f "$ROOT/.local/$name.pid"
+}
+
+# The services' environment for local runs: no Bedrock (rule-based fallbacks, the offline stand-in for the
+# workers' model), checkouts for the file scan under .local/repos.
+local_env() {
+    export MEMORY_LLM="${MEMORY_LLM:-none}" MEMORY_BIND="$BIND"
+    export MEMORY_REPOS_DIR="${MEMORY_REPOS_DIR:-$ROOT/.local/repos}"
+    mkdir -p "$MEMORY_REPOS_DIR"
+}
+
 case "${1:-start}" in
 start)
     "$ROOT/scripts/stack.sh" up
@@ -24,24 +49,31 @@ start)
     admin migrate
     admin seed-demo
     admin ann-indexes
-    if server_running; then
-        echo "[run] retrieve API already running (pid $(cat "$PID_FILE"))"
-    else
-        MEMORY_LLM="${MEMORY_LLM:-none}" MEMORY_BIND="$BIND" \
-            nohup "$CARGO_TARGET_DIR/debug/retrieve" >"$ROOT/.local/retrieve.log" 2>&1 &
-        echo $! >"$PID_FILE"
-        for _ in $(seq 1 150); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
-        curl -fsS "$URL/healthz" >/dev/null || { echo "[run] server did not come up; see .local/retrieve.log" >&2; exit 1; }
-    fi
+    local_env
+    start retrieve "$CARGO_TARGET_DIR/debug/retrieve"
+    start workers "$CARGO_TARGET_DIR/debug/local-workers"
+    for _ in $(seq 1 150); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+    curl -fsS "$URL/healthz" >/dev/null || { echo "[run] server did not come up; see .local/retrieve.log" >&2; exit 1; }
+    running workers || { echo "[run] workers did not start; see .local/workers.log" >&2; exit 1; }
     echo
-    echo "retrieve API: $URL   (logs: .local/retrieve.log)"
+    echo "retrieve API: $URL   (logs: .local/retrieve.log; workers: .local/workers.log)"
+    echo "ingest queue: $MEMORY_INGEST_QUEUE_URL"
     echo "token for the demo coding agent of organisation Acme:"
     echo "  export TOKEN=$(admin token --org 0a000000-0000-4000-8000-000000000001 --agent a1000000-0000-4000-8000-000000000001)"
     ;;
 stop)
-    if server_running; then kill "$(cat "$PID_FILE")"; echo "[run] stopped the retrieve API"; fi
-    rm -f "$PID_FILE"
+    stop workers
+    stop retrieve
     "$ROOT/scripts/stack.sh" down
+    ;;
+scan)
+    load_stack_env
+    local_env
+    admin schedule file-scan
+    ;;
+events)
+    load_stack_env
+    admin events
     ;;
 token)
     build
@@ -51,7 +83,7 @@ token)
     admin token "${args[@]}"
     ;;
 *)
-    echo "usage: $0 start|stop|token ORG [AGENT] [SCOPE]" >&2
+    echo "usage: $0 start|stop|scan|events|token ORG [AGENT] [SCOPE]" >&2
     exit 2
     ;;
 esac

@@ -89,12 +89,14 @@ pub struct EntitySynthesisJob {
     pub force: bool,
 }
 
-/// `memory_file_scan`: one organisation's file-backed memories (optionally one project's).
+/// `memory_file_scan`: one organisation's file-backed memories (one project's when `project_id` is given).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileScanJob {
     pub job_type: Option<JobType>,
     pub organization_id: Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<Uuid>,
 }
 
 /// A job waiting in (or sent from) the job outbox.

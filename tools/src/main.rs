@@ -59,6 +59,15 @@ enum Command {
         #[command(subcommand)]
         command: JobsCommand,
     },
+    /// Print (and remove) the domain events the local bus copied to its watch queue.
+    Events {
+        /// Seconds to wait for the first event (at most 4).
+        #[arg(long, default_value_t = 2)]
+        wait: i32,
+    },
+    /// Run a scheduled task here, as its schedule would: outbox-sweep, file-scan (the daily fan-out),
+    /// ann-indexes or migrate.
+    Schedule { task: String },
     /// Load the demo corpus (two organisations) through the ingest path unless it is already there.
     SeedDemo,
     /// Print a local HS256 token signed with MEMORY_JWT_SECRET.
@@ -145,6 +154,16 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Jobs { command: JobsCommand::Status } => operate::jobs_status(&admin_pool()?).await?,
+        Command::Events { wait } => {
+            let printed = operate::watch_events(wait).await?;
+            eprintln!("{printed} events");
+        }
+        Command::Schedule { task } => {
+            let task: scheduler::Task = serde_json::from_value(serde_json::json!({ "task": task.replace('-', "_") }))?;
+            let pool = db::pool(&DatabaseConfig::from_env()?)?;
+            let relay = outbox_relay::relay_from_env(pool.clone()).await?;
+            println!("{}", scheduler::run(task, Some((&pool, &relay))).await?);
+        }
         Command::SeedDemo => {
             let pool = admin_pool()?;
             let model_dir = config::required("MEMORY_MODEL_DIR")?;

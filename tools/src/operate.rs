@@ -181,3 +181,34 @@ async fn dead_letters(sqs: &aws_sdk_sqs::Client, policy: &str) -> anyhow::Result
         .and_then(|v| v.parse().ok())
         .unwrap_or(0))
 }
+
+/// Prints (and removes) the domain events the local bus copied to `MEMORY_EVENTS_WATCH_QUEUE_URL`, waiting up to
+/// `wait_seconds` for the first.
+pub async fn watch_events(wait_seconds: i32) -> anyhow::Result<usize> {
+    let url = memory_core::config::required("MEMORY_EVENTS_WATCH_QUEUE_URL")?;
+    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    let mut printed = 0;
+    loop {
+        let wait = if printed == 0 { wait_seconds.clamp(0, 4) } else { 0 };
+        let messages = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(wait)
+            .send()
+            .await?
+            .messages
+            .unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(printed);
+        }
+        for message in messages {
+            let event: serde_json::Value = serde_json::from_str(message.body().unwrap_or("{}"))?;
+            println!("{} {}", event["detail-type"].as_str().unwrap_or("?"), event["detail"]);
+            printed += 1;
+            if let Some(handle) = message.receipt_handle() {
+                sqs.delete_message().queue_url(&url).receipt_handle(handle).send().await?;
+            }
+        }
+    }
+}

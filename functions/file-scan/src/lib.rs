@@ -37,7 +37,7 @@ impl sqs_worker::JobHandler for Worker {
 
     async fn handle(&self, job: FileScanJob) -> anyhow::Result<()> {
         JobType::MemoryFileScan.expect(job.job_type)?;
-        let report = self.scanner.scan(&self.pool, job.organization_id).await?;
+        let report = self.scanner.scan_project(&self.pool, job.organization_id, job.project_id).await?;
         tracing::info!(organization_id = %job.organization_id, ?report, "file scan finished");
         Ok(())
     }

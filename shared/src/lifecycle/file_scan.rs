@@ -21,6 +21,7 @@ use super::{DEFAULT_MODEL_TIMEOUT, embed_within};
 use crate::{
     domain::{Memory, MemoryStatus, NewMemory, SourceKind, TrustLevel},
     embed::Embedder,
+    jobs::{FileScanJob, JobType},
     store::{self, transitions},
 };
 
@@ -131,6 +132,34 @@ fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Resu
     Ok(Some(bytes))
 }
 
+/// Organisations with more file-backed memories than this are scanned one project per message.
+pub const LARGE_ORGANIZATION: i64 = 1_000;
+
+/// The daily scan's fan-out: queues one `memory_file_scan` job per organisation that has file-backed memories
+/// (per project for an organisation above [`LARGE_ORGANIZATION`]), in the job outbox; returns how many. The
+/// organisations are those listed in `domain_event_outbox_org` (every organisation that ever wrote a memory).
+pub async fn schedule_scans(pool: &PgPool) -> crate::Result<usize> {
+    let mut queued = 0;
+    for organization_id in store::outbox::organizations(pool).await? {
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        let projects = store::memories::file_backed_by_project(&mut *tx, organization_id).await?;
+        let total: i64 = projects.iter().map(|(_, n)| n).sum();
+        let scopes: Vec<Option<Uuid>> = match total {
+            0 => Vec::new(),
+            n if n <= LARGE_ORGANIZATION => vec![None],
+            _ => projects.into_iter().map(|(project, _)| project).collect(),
+        };
+        for project_id in scopes {
+            let job = FileScanJob { job_type: Some(JobType::MemoryFileScan), organization_id, project_id };
+            let body = serde_json::to_value(job).expect("a job serialises");
+            store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryFileScan, body).await?;
+            queued += 1;
+        }
+        tx.commit().await?;
+    }
+    Ok(queued)
+}
+
 /// What one scan did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanReport {
@@ -174,8 +203,18 @@ impl FileScanner {
 
     /// Scans every active file-backed memory of an organisation, one transaction per memory.
     pub async fn scan(&self, pool: &PgPool, organization_id: Uuid) -> crate::Result<ScanReport> {
+        self.scan_project(pool, organization_id, None).await
+    }
+
+    /// Scans the active file-backed memories of an organisation, or of one of its projects.
+    pub async fn scan_project(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        project_id: Option<Uuid>,
+    ) -> crate::Result<ScanReport> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let memories = store::memories::active_file_backed(&mut *tx, organization_id).await?;
+        let memories = store::memories::active_file_backed(&mut *tx, organization_id, project_id).await?;
         tx.commit().await?;
         let mut report = ScanReport::default();
         for memory in memories {

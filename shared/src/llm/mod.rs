@@ -2,12 +2,14 @@
 //! the Bedrock Converse adapter and a deterministic scripted model for tests.
 
 mod bedrock;
+mod offline;
 mod scripted;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use bedrock::BedrockLlm;
+pub use offline::OfflineLlm;
 pub use scripted::ScriptedLlm;
 
 /// Why the model is called; recorded with each call (Bedrock request metadata) for cost attribution.

@@ -58,13 +58,32 @@ pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid
     qb.build_query_as().fetch_optional(conn).await
 }
 
-/// Active file-backed memories of an organisation, oldest scan first.
-pub async fn active_file_backed(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Memory>> {
+/// Active file-backed memories of an organisation (of one project when given), oldest scan first.
+pub async fn active_file_backed(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    project_id: Option<Uuid>,
+) -> sqlx::Result<Vec<Memory>> {
     let sql = format!(
         "SELECT {MEMORY_COLUMNS} FROM memory m WHERE m.organization_id = $1 AND m.file_backed AND m.status = 'active' \
+           AND ($2::uuid IS NULL OR m.project_id = $2) \
          ORDER BY m.file_last_scanned_at NULLS FIRST, m.id"
     );
-    sqlx::query_as(&sql).bind(organization_id).fetch_all(executor).await
+    sqlx::query_as(&sql).bind(organization_id).bind(project_id).fetch_all(executor).await
+}
+
+/// How many active file-backed memories each project of an organisation has.
+pub async fn file_backed_by_project(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+) -> sqlx::Result<Vec<(Option<Uuid>, i64)>> {
+    sqlx::query_as(
+        "SELECT project_id, count(*) FROM memory WHERE organization_id = $1 AND file_backed AND status = 'active' \
+         GROUP BY project_id ORDER BY project_id",
+    )
+    .bind(organization_id)
+    .fetch_all(executor)
+    .await
 }
 
 /// Records a scan of a file-backed memory at `at`: `verified` when its file was read and found unchanged, and

@@ -1,0 +1,129 @@
+//! local-workers: a deployment's workers on one machine, for `make run`. One long-polling loop per queue of the
+//! local stack hands each batch to the same handler as the Lambda function: a message it applied is deleted, a
+//! message it failed is left to come back after its visibility timeout (and the queue moves it to its DLQ after
+//! five receives). The outboxes are swept every few seconds. Without a language model (`MEMORY_LLM=none`) the
+//! workers use the offline stand-in, which finds no contradiction and keeps near-duplicates.
+
+use std::{sync::Arc, time::Duration};
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use memory_core::{
+    jobs::JobType,
+    lifecycle::{
+        Models, contradiction::ContradictionDetector, dedup::Deduper, outbox::OutboxRelay, synthesis::EntitySynthesizer,
+    },
+    llm::OfflineLlm,
+    services::Services,
+};
+use sqs_worker::JobHandler;
+
+/// How long a received message stays hidden before a failed one comes back.
+const VISIBILITY_SECONDS: i32 = 10;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    memory_core::telemetry::init();
+    let services = Services::from_env().await?;
+    let models = match services.llm.clone() {
+        Some(_) => services.job_models()?,
+        None => {
+            tracing::warn!("no language model: the workers use the offline stand-in");
+            Models::new(Arc::new(OfflineLlm), Some(services.embedder.clone()))
+                .with_timeout(services.worker_model_timeout)
+        }
+    };
+    let pool = services.pool.clone();
+    let relay = Arc::new(outbox_relay::relay_from_env(pool.clone()).await?);
+    // Long polls wait up to 5 s, longer than the relay's operation timeout: the pollers use the SDK's defaults.
+    let sqs = aws_sdk_sqs::Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await);
+    let url = |job| memory_core::config::required(outbox_relay::queue_variable(job));
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(poll(url(JobType::MemoryIngest)?, ingest::Worker::new(&services), sqs.clone(), relay.clone()));
+    let deduper = Deduper::with_models(models.clone());
+    tasks.spawn(poll(
+        url(JobType::MemoryDedupReview)?,
+        dedup::Worker::with(pool.clone(), deduper),
+        sqs.clone(),
+        relay.clone(),
+    ));
+    let detector = ContradictionDetector::with_models(models.clone());
+    let contradiction = contradiction::Worker::with(pool.clone(), detector);
+    tasks.spawn(poll(url(JobType::MemoryContradictionCheck)?, contradiction, sqs.clone(), relay.clone()));
+    let synthesis = synthesis::Worker::with(pool.clone(), EntitySynthesizer::with_models(models));
+    tasks.spawn(poll(url(JobType::MemoryEntitySynthesis)?, synthesis, sqs.clone(), relay.clone()));
+    tasks.spawn(poll(url(JobType::MemoryFileScan)?, file_scan::Worker::new(&services)?, sqs.clone(), relay.clone()));
+    tasks.spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if let Err(error) = relay.sweep().await {
+                tracing::warn!(%error, "outbox sweep failed");
+            }
+        }
+    });
+    tracing::info!("local workers polling the ingest, dedup, contradiction, synthesis and file-scan queues");
+    while let Some(done) = tasks.join_next().await {
+        done?;
+    }
+    Ok(())
+}
+
+/// Receives batches from the queue forever and applies each with the handler.
+async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, relay: Arc<OutboxRelay>) {
+    loop {
+        let received = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(5)
+            .visibility_timeout(VISIBILITY_SECONDS)
+            .send()
+            .await;
+        let messages = match received {
+            Ok(output) => output.messages.unwrap_or_default(),
+            Err(error) => {
+                tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&error), "receive failed");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        let mut event = SqsEvent::default();
+        event.records = messages
+            .iter()
+            .map(|m| {
+                let mut record = SqsMessage::default();
+                record.message_id = m.message_id.clone();
+                record.receipt_handle = m.receipt_handle.clone();
+                record.body = m.body.clone();
+                record
+            })
+            .collect();
+        let failed: Vec<String> = match sqs_worker::process(&handler, Some(&relay), event).await {
+            Ok(response) => response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect(),
+            Err(error) => {
+                tracing::error!(%error, "batch failed as a whole; left for redelivery");
+                continue;
+            }
+        };
+        let entries: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .filter(|m| m.message_id.as_ref().is_some_and(|id| !failed.contains(id)))
+            .filter_map(|m| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(m.message_id.clone()?)
+                    .receipt_handle(m.receipt_handle.clone()?)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if !entries.is_empty()
+            && let Err(error) = sqs.delete_message_batch().queue_url(&url).set_entries(Some(entries)).send().await
+        {
+            tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&error), "delete failed");
+        }
+    }
+}
