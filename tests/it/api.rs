@@ -313,7 +313,8 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     };
     let app = retrieve::app(state);
     let event =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve.json")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve-agent-query.json"))
+            .unwrap();
 
     let request = lambda_http::request::from_str(&event).unwrap();
     let response = app.clone().oneshot(request).await.unwrap();

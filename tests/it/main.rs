@@ -5,6 +5,7 @@ mod api;
 mod aws;
 mod bedrock;
 mod embedder;
+mod events;
 mod ingest;
 mod integrity;
 mod lifecycle;

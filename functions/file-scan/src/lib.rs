@@ -24,7 +24,11 @@ impl Worker {
         let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?).with_max_bytes(max_bytes));
         let scanner =
             FileScanner::new(reader, Some(services.embedder.clone())).with_timeout(services.worker_model_timeout);
-        Ok(Self { pool: services.pool.clone(), scanner })
+        Ok(Self::with(services.pool.clone(), scanner))
+    }
+
+    pub fn with(pool: PgPool, scanner: FileScanner) -> Self {
+        Self { pool, scanner }
     }
 }
 
