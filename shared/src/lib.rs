@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod lifecycle;
 pub mod llm;
 pub mod retrieval;
+pub mod secrets;
 pub mod services;
 pub mod store;
 pub mod telemetry;

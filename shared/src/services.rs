@@ -7,7 +7,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::{
-    config::{DatabaseConfig, EmbedderConfig, LlmConfig},
+    config::{EmbedderConfig, LlmConfig},
     db,
     embed::{self, Embedder, MiniLm, TitanEmbedder},
     llm::{BedrockLlm, Llm},
@@ -26,7 +26,8 @@ pub struct Services {
 
 impl Services {
     pub async fn from_env() -> anyhow::Result<Self> {
-        let pool = db::pool(&DatabaseConfig::from_env()?)?;
+        let pool =
+            db::pool(&crate::secrets::database_config("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN").await?)?;
         let embedder_config = EmbedderConfig::from_env()?;
         let llm_config = LlmConfig::from_env()?;
 

@@ -309,7 +309,7 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     memory(Uuid::now_v7(), text).embedding(axis(0)).insert(&db).await;
     let state = AppState {
         retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway),
+        auth: Arc::new(Authenticator::ApiGateway { api_id: Some("abc123".into()), stage: Some("$default".into()) }),
     };
     let app = retrieve::app(state);
     let event =
@@ -327,5 +327,11 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     let mut unauthorised: Value = serde_json::from_str(&event).unwrap();
     unauthorised["requestContext"].as_object_mut().unwrap().remove("authorizer");
     let request = lambda_http::request::from_str(&unauthorised.to_string()).unwrap();
-    assert_eq!(app.oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+
+    // An event forged with another API's id (a direct invoke, another API) is refused.
+    let mut forged: Value = serde_json::from_str(&event).unwrap();
+    forged["requestContext"]["apiId"] = "attacker".into();
+    let request = lambda_http::request::from_str(&forged.to_string()).unwrap();
+    assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }

@@ -69,8 +69,10 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
     store::entities::add_mention(&mut *tx, ORG, ENTITY, MEMORY).await.unwrap();
     tx.commit().await.unwrap();
 
-    let state =
-        AppState { retriever: Arc::new(retriever(&db, minilm(), None)), auth: Arc::new(Authenticator::ApiGateway) };
+    let state = AppState {
+        retriever: Arc::new(retriever(&db, minilm(), None)),
+        auth: Arc::new(Authenticator::ApiGateway { api_id: Some("abc123".into()), stage: Some("$default".into()) }),
+    };
     let app = retrieve::app(state);
     let repos = std::env::temp_dir().join(format!("events-{}", Uuid::now_v7()));
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())

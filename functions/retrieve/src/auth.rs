@@ -90,8 +90,9 @@ impl Principal {
 
 /// How requests are authenticated.
 pub enum Authenticator {
-    /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran).
-    ApiGateway,
+    /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran), for
+    /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
+    ApiGateway { api_id: Option<String>, stage: Option<String> },
     /// Verify HS256 bearer tokens with a shared secret (local runs and tests).
     LocalJwt { secret: String },
 }
@@ -99,13 +100,16 @@ pub enum Authenticator {
 impl Authenticator {
     pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
         let claims = match self {
-            Self::ApiGateway => {
+            Self::ApiGateway { api_id, stage } => {
                 use lambda_http::request::RequestContext;
+                let expected = |want: &Option<String>, got: Option<&String>| want.is_none() || want.as_ref() == got;
                 let claims = match parts.extensions.get::<RequestContext>() {
                     Some(RequestContext::ApiGatewayV2(ctx)) => {
+                        if !expected(api_id, ctx.apiid.as_ref()) || !expected(stage, ctx.stage.as_ref()) {
+                            return Err(ApiError::unauthorized("the request did not come through this service's API"));
+                        }
                         ctx.authorizer.as_ref().and_then(|a| a.jwt.as_ref()).map(|jwt| &jwt.claims)
                     }
-                    Some(RequestContext::ApiGatewayV1(ctx)) => ctx.authorizer.jwt.as_ref().map(|jwt| &jwt.claims),
                     _ => None,
                 };
                 Claims::from_map(claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?)?

@@ -17,7 +17,10 @@ pub async fn state_from_env(behind_api_gateway: bool) -> anyhow::Result<AppState
     let retriever = Retriever::new(services.pool, services.embedder, services.llm, RetrievalConfig::from_env()?)
         .with_llm_timeout(services.llm_timeout);
     let auth = if behind_api_gateway {
-        Authenticator::ApiGateway
+        Authenticator::ApiGateway {
+            api_id: std::env::var("MEMORY_API_ID").ok(),
+            stage: std::env::var("MEMORY_API_STAGE").ok(),
+        }
     } else {
         Authenticator::LocalJwt { secret: config::required("MEMORY_JWT_SECRET")? }
     };

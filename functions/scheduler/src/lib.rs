@@ -4,13 +4,14 @@
 //! - `{"task": "file_scan"}`: the daily fan-out, one `memory_file_scan` job per organisation with file-backed
 //!   memories (per project for a large one), then sent like any job;
 //! - `{"task": "ann_indexes"}` and `{"task": "migrate"}`: database maintenance with the schema owner's
-//!   connection (`MEMORY_ADMIN_DATABASE_URL`), deployed as a separate function with its own role.
+//!   connection (`MEMORY_ADMIN_DATABASE_URL` or its secret), deployed as a separate function with its own role;
+//!   `migrate` also sets the `memory_app` role's password from `MEMORY_APP_PASSWORD_SECRET_ARN` when given.
 
 use memory_core::{
-    config::{self, DatabaseConfig},
+    config::DatabaseConfig,
     db::{self, PgPool},
     lifecycle::{file_scan, outbox::OutboxRelay},
-    store,
+    secrets, store,
 };
 use serde::Deserialize;
 
@@ -45,20 +46,31 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
             serde_json::json!({"queued": queued, "sent": report.published})
         }
         Task::AnnIndexes { min_memories } => {
-            let changes = store::ann::reconcile(&admin_pool()?, min_memories).await?;
+            let changes = store::ann::reconcile(&admin_pool().await?, min_memories).await?;
             serde_json::json!({"created": changes.created.len(), "dropped": changes.dropped.len(), "kept": changes.kept})
         }
         Task::Migrate => {
-            store::MIGRATOR.run(&admin_pool()?).await?;
-            serde_json::json!({"migrated": true})
+            let pool = admin_pool().await?;
+            store::MIGRATOR.run(&pool).await?;
+            // The application role's password follows its secret, so the services can connect after a deploy.
+            let password_set = match std::env::var("MEMORY_APP_PASSWORD_SECRET_ARN").ok().filter(|v| !v.is_empty()) {
+                Some(arn) => {
+                    let fields = secrets::secret_fields(&arn).await?;
+                    let password =
+                        fields["password"].as_str().ok_or_else(|| anyhow::anyhow!("no password in {arn}"))?;
+                    store::set_app_password(&pool, password).await?;
+                    true
+                }
+                None => false,
+            };
+            serde_json::json!({"migrated": true, "app_password_set": password_set})
         }
     })
 }
 
-/// The schema owner's pool, for maintenance tasks.
-fn admin_pool() -> anyhow::Result<PgPool> {
-    let url = config::required("MEMORY_ADMIN_DATABASE_URL")?;
-    let config =
-        DatabaseConfig { url: url.into(), max_connections: 2, acquire_timeout: std::time::Duration::from_secs(10) };
-    Ok(db::pool(&config)?)
+/// The schema owner's pool, for maintenance tasks (`MEMORY_ADMIN_DATABASE_URL`, or the secret named by
+/// `MEMORY_ADMIN_DATABASE_SECRET_ARN`).
+async fn admin_pool() -> anyhow::Result<PgPool> {
+    let config = secrets::database_config("MEMORY_ADMIN_DATABASE_URL", "MEMORY_ADMIN_DATABASE_SECRET_ARN").await?;
+    Ok(db::pool(&DatabaseConfig { max_connections: 2, ..config })?)
 }

@@ -1,19 +1,20 @@
-//! Lambda entry point of the scheduled tasks: the application pool and relay when `MEMORY_DATABASE_URL` is set
-//! (the scheduler function), the owner's pool per maintenance task (the maintenance function).
+//! Lambda entry point of the scheduled tasks: the application pool and relay when the application database is
+//! configured (the scheduler function), the owner's pool per maintenance task (the maintenance function).
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use memory_core::config::DatabaseConfig;
+use memory_core::secrets;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     memory_core::telemetry::init();
-    let app = match std::env::var("MEMORY_DATABASE_URL") {
-        Ok(_) => {
-            let pool = memory_core::db::pool(&DatabaseConfig::from_env()?)?;
+    let app = match secrets::database_configured("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN") {
+        true => {
+            let config = secrets::database_config("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN").await?;
+            let pool = memory_core::db::pool(&config)?;
             let relay = outbox_relay::relay_from_env(pool.clone()).await?;
             Some((pool, relay))
         }
-        Err(_) => None,
+        false => None,
     };
     lambda_runtime::run(service_fn(move |event: LambdaEvent<scheduler::Task>| {
         let app = app.clone();

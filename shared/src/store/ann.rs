@@ -36,11 +36,25 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
 }
 
 /// Creates the missing indexes of tenants with at least `min_memories` memories and drops those of tenants that
-/// fell below half of it (the gap keeps a tenant near the threshold from flapping). Idempotent. Needs the
-/// operator's pool: the schema owner with BYPASSRLS (or a superuser), as it reads every tenant's row count.
+/// fell below half of it (the gap keeps a tenant near the threshold from flapping). Idempotent. Needs the schema
+/// owner's pool (it creates indexes). An owner with BYPASSRLS reads every tenant's count at once; one without
+/// (a managed database's master user) reads each known organisation's count under its own setting.
 pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnIndexChanges> {
-    let counts: Vec<(Uuid, i64)> =
+    let mut counts: Vec<(Uuid, i64)> =
         sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_totals").fetch_all(pool).await?;
+    for org in super::outbox::organizations(pool).await? {
+        if counts.iter().any(|(o, _)| *o == org) {
+            continue;
+        }
+        let mut tx = super::begin_for_org(pool, org).await?;
+        let count: Option<i64> =
+            sqlx::query_scalar("SELECT doc_count FROM memory_corpus_totals WHERE organization_id = $1")
+                .bind(org)
+                .fetch_optional(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        counts.extend(count.map(|n| (org, n)));
+    }
     let existing = indexed_tenants(pool).await?;
     let mut changes = AnnIndexChanges::default();
     for (org, count) in &counts {

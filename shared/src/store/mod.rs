@@ -99,6 +99,15 @@ pub async fn embedding_dimension(executor: impl PgExecutor<'_>) -> sqlx::Result<
     .await
 }
 
+/// Sets the password of the application role `memory_app` (the schema owner's pool; after migrations).
+pub async fn set_app_password(pool: &PgPool, password: &str) -> sqlx::Result<()> {
+    let statement: String = sqlx::query_scalar("SELECT format('ALTER ROLE memory_app PASSWORD %L', $1::text)")
+        .bind(password)
+        .fetch_one(pool)
+        .await?;
+    sqlx::raw_sql(&statement).execute(pool).await.map(|_| ())
+}
+
 /// Checks the database answers (for health checks).
 pub async fn ping(executor: impl PgExecutor<'_>) -> sqlx::Result<()> {
     sqlx::query("SELECT 1").execute(executor).await.map(|_| ())
