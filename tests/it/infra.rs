@@ -71,7 +71,7 @@ fn every_function_has_its_own_role_and_no_data_plane_action_on_every_resource() 
     let template = template();
     let functions = resources_of(&template, "AWS::Serverless::Function");
     assert!(functions.len() >= 8, "{}", functions.len());
-    assert_eq!(template["Globals"]["Function"]["Architectures"][0], "arm64");
+    assert_eq!(template["Parameters"]["Architecture"]["Default"], "arm64");
     assert_eq!(template["Globals"]["Function"]["Runtime"], "provided.al2023");
     for (name, function) in &functions {
         assert!(function["Properties"].get("Role").is_none(), "{name} shares a role (SAM gives each its own)");
