@@ -6,13 +6,14 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan events clean test package stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan events smoke clean test package stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
 	@echo "make stop   stop what make run started"
 	@echo "make scan   fire the daily file scan now (with make run up)"
 	@echo "make events print the domain events published on the local bus since the last call"
+	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
 	@echo "make package [ARCH=x86_64]   one Lambda zip per function and the MiniLM layer (target/lambda*)"
@@ -32,6 +33,9 @@ scan:
 
 events:
 	@scripts/run.sh events
+
+smoke:
+	@scripts/smoke.sh
 
 clean: stop
 	@scripts/stack.sh clean

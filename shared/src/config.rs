@@ -40,6 +40,9 @@ pub struct DatabaseConfig {
     pub url: SecretString,
     pub max_connections: u32,
     pub acquire_timeout: Duration,
+    /// Named prepared statements cached per connection (`MEMORY_DB_STATEMENT_CACHE`, 100; 0 sends every statement
+    /// unnamed, for a proxy that would pin a session holding named statements).
+    pub statement_cache: usize,
 }
 
 impl DatabaseConfig {
@@ -55,6 +58,7 @@ impl DatabaseConfig {
             url,
             max_connections: parsed_or("MEMORY_DB_MAX_CONNECTIONS", 4)?,
             acquire_timeout: Duration::from_millis(parsed_or("MEMORY_DB_ACQUIRE_TIMEOUT_MS", 3000)?),
+            statement_cache: parsed_or("MEMORY_DB_STATEMENT_CACHE", 100)?,
         })
     }
 }
@@ -92,6 +96,9 @@ pub enum LlmConfig {
     Bedrock { model_id: String, timeout: Duration },
     /// No model: LLM-based steps fall back to their rule-based versions and say so (`degraded`).
     Disabled,
+    /// The offline stand-in ([`crate::llm::OfflineLlm`]), for running the workers locally: it finds no
+    /// contradiction, keeps near-duplicates, and writes profiles that list their sources.
+    Offline,
 }
 
 impl LlmConfig {
@@ -102,10 +109,11 @@ impl LlmConfig {
                 timeout: Duration::from_millis(parsed_or("MEMORY_LLM_TIMEOUT_MS", 2000)?),
             }),
             "none" => Ok(Self::Disabled),
+            "offline" => Ok(Self::Offline),
             other => Err(ConfigError::Invalid {
                 name: "MEMORY_LLM",
                 value: other.into(),
-                reason: "expected bedrock or none".into(),
+                reason: "expected bedrock, none or offline".into(),
             }),
         }
     }

@@ -20,5 +20,5 @@ pub fn pool_with(options: PgConnectOptions, config: &DatabaseConfig) -> PgPool {
         .min_connections(0)
         .acquire_timeout(config.acquire_timeout)
         .idle_timeout(Some(std::time::Duration::from_secs(300)))
-        .connect_lazy_with(options.application_name("agent-memory"))
+        .connect_lazy_with(options.application_name("agent-memory").statement_cache_capacity(config.statement_cache))
 }

@@ -53,6 +53,7 @@ impl Services {
                 (Some(Arc::new(BedrockLlm::new(bedrock.context("Bedrock client")?, model_id))), timeout)
             }
             LlmConfig::Disabled => (None, Duration::from_secs(2)),
+            LlmConfig::Offline => (Some(Arc::new(crate::llm::OfflineLlm)), Duration::from_secs(2)),
         };
         let worker_model_timeout =
             Duration::from_millis(crate::config::parsed_or("MEMORY_WORKER_MODEL_TIMEOUT_MS", 30_000)?);

@@ -49,3 +49,45 @@ fn stub_client() -> aws_sdk_bedrockruntime::Client {
         .build();
     aws_sdk_bedrockruntime::Client::from_conf(config)
 }
+
+mod dimension {
+    use integration_tests::{Db, axis, memory};
+    use memory_core::{embed, store};
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use uuid::Uuid;
+
+    /// A Titan-like embedder of another dimension.
+    struct Wide(usize);
+
+    #[async_trait::async_trait]
+    impl embed::Embedder for Wide {
+        fn dimension(&self) -> usize {
+            self.0
+        }
+        fn model_id(&self) -> &str {
+            "wide"
+        }
+        async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, embed::EmbedError> {
+            Ok(texts.iter().map(|_| vec![0.1; self.0]).collect())
+        }
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn a_new_database_takes_the_dimension_of_its_embedding_model(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        assert!(embed::ensure_dimension(&Wide(1024), store::embedding_dimension(&db.app).await.unwrap()).is_err());
+        assert!(store::set_embedding_dimension(&db.admin, 1024).await.unwrap());
+        let dimension = store::embedding_dimension(&db.app).await.unwrap();
+        assert_eq!(dimension, 1024);
+        assert!(embed::ensure_dimension(&Wide(1024), dimension).is_ok());
+        assert!(!store::set_embedding_dimension(&db.admin, 1024).await.unwrap(), "repeatable");
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn a_database_with_embedded_memories_keeps_its_dimension(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        memory(Uuid::now_v7(), "an embedded memory").embedding(axis(0)).insert(&db).await;
+        assert!(store::set_embedding_dimension(&db.admin, 1024).await.is_err());
+        assert_eq!(store::embedding_dimension(&db.app).await.unwrap(), 384);
+    }
+}

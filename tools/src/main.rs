@@ -26,7 +26,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Apply pending migrations (connects as MEMORY_ADMIN_DATABASE_URL, the schema owner).
-    Migrate,
+    Migrate {
+        /// The embedding dimension of a new database: 384 (MiniLM, the default) or Titan v2's 256, 512, 1024.
+        #[arg(long)]
+        embedding_dimensions: Option<i32>,
+    },
     /// Give every tenant with at least --min-memories memories its own ANN index (and drop those of tenants
     /// that shrank below half of it). Run after migrations and periodically; safe to repeat.
     AnnIndexes {
@@ -121,9 +125,14 @@ enum JobsCommand {
 async fn main() -> anyhow::Result<()> {
     memory_core::telemetry::init();
     match Cli::parse().command {
-        Command::Migrate => {
+        Command::Migrate { embedding_dimensions } => {
             let pool = admin_pool()?;
             store::MIGRATOR.run(&pool).await?;
+            if let Some(dimensions) = embedding_dimensions
+                && store::set_embedding_dimension(&pool, dimensions).await?
+            {
+                println!("memory.embedding is now vector({dimensions})");
+            }
             println!("migrations applied");
         }
         Command::AnnIndexes { min_memories } => {
@@ -185,8 +194,6 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn admin_pool() -> anyhow::Result<sqlx::PgPool> {
-    let url = config::required("MEMORY_ADMIN_DATABASE_URL")?;
-    let config =
-        DatabaseConfig { url: url.into(), max_connections: 4, acquire_timeout: std::time::Duration::from_secs(10) };
-    Ok(db::pool(&config)?)
+    let config = DatabaseConfig::with_url(config::required("MEMORY_ADMIN_DATABASE_URL")?.into())?;
+    Ok(db::pool(&DatabaseConfig { acquire_timeout: std::time::Duration::from_secs(10), ..config })?)
 }

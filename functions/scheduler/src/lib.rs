@@ -5,7 +5,8 @@
 //!   memories (per project for a large one), then sent like any job;
 //! - `{"task": "ann_indexes"}` and `{"task": "migrate"}`: database maintenance with the schema owner's
 //!   connection (`MEMORY_ADMIN_DATABASE_URL` or its secret), deployed as a separate function with its own role;
-//!   `migrate` also sets the `memory_app` role's password from `MEMORY_APP_PASSWORD_SECRET_ARN` when given.
+//!   `migrate` also sets the `memory_app` role's password from `MEMORY_APP_PASSWORD_SECRET_ARN` and the embedding
+//!   column's dimension from `MEMORY_EMBEDDING_DIMENSIONS` when given.
 
 use memory_core::{
     config::DatabaseConfig,
@@ -52,6 +53,9 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
         Task::Migrate => {
             let pool = admin_pool().await?;
             store::MIGRATOR.run(&pool).await?;
+            if let Some(dimensions) = std::env::var("MEMORY_EMBEDDING_DIMENSIONS").ok().filter(|v| !v.is_empty()) {
+                store::set_embedding_dimension(&pool, dimensions.parse()?).await?;
+            }
             // The application role's password follows its secret, so the services can connect after a deploy.
             let password_set = match std::env::var("MEMORY_APP_PASSWORD_SECRET_ARN").ok().filter(|v| !v.is_empty()) {
                 Some(arn) => {

@@ -108,6 +108,22 @@ pub async fn set_app_password(pool: &PgPool, password: &str) -> sqlx::Result<()>
     sqlx::raw_sql(&statement).execute(pool).await.map(|_| ())
 }
 
+/// Makes `memory.embedding` a `vector(dimensions)` column: the embedding model of a database is chosen when it is
+/// created (384 for MiniLM; 256, 512 or 1024 for Titan v2), and the services refuse to start with another. Fails,
+/// changing nothing, once any memory has an embedding of another dimension. Returns whether it changed.
+pub async fn set_embedding_dimension(pool: &PgPool, dimensions: i32) -> sqlx::Result<bool> {
+    if embedding_dimension(pool).await? == dimensions {
+        return Ok(false);
+    }
+    // The cast re-checks every stored vector, whatever RLS would show the caller.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE memory ALTER COLUMN embedding TYPE vector({dimensions}) USING embedding::vector({dimensions})"
+    ))
+    .execute(pool)
+    .await?;
+    Ok(true)
+}
+
 /// Checks the database answers (for health checks).
 pub async fn ping(executor: impl PgExecutor<'_>) -> sqlx::Result<()> {
     sqlx::query("SELECT 1").execute(executor).await.map(|_| ())
