@@ -36,7 +36,7 @@ stop() {
 # The services' environment for local runs: no Bedrock (rule-based fallbacks, the offline stand-in for the
 # workers' model), checkouts for the file scan under .local/repos.
 local_env() {
-    export MEMORY_LLM="${MEMORY_LLM:-none}" MEMORY_BIND="$BIND"
+    export MEMORY_LLM="${MEMORY_LLM:-none}" MEMORY_BIND="$BIND" MEMORY_AUTH="${MEMORY_AUTH:-local-jwt}"
     export MEMORY_REPOS_DIR="${MEMORY_REPOS_DIR:-$ROOT/.local/repos}"
     mkdir -p "$MEMORY_REPOS_DIR"
 }

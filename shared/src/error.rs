@@ -20,6 +20,9 @@ pub enum Error {
     Llm(#[from] crate::llm::LlmError),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// A dependency the answer needs is down (the database, or every search branch); retrying later may succeed.
+    #[error("{0}")]
+    Unavailable(String),
     /// The state a job meant to change had changed under it; retrying sees the new state.
     #[error("conflict: {0}")]
     Conflict(String),

@@ -9,13 +9,16 @@ use axum::{
 use http_body_util::BodyExt;
 use integration_tests::{Db, FixedEmbedder, agent_with_scopes, axis, memory, retriever};
 use memory_core::{domain::Scope, store};
-use retrieve::{AppState, Authenticator, Claims, auth::sign_local_token};
+use retrieve::{
+    AppState, Authenticator, Claims,
+    auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
+};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
 use uuid::Uuid;
 
-const SECRET: &str = "test-secret";
+const SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
 const QUERY: &str = "probe query";
 
 struct Api {
@@ -27,7 +30,7 @@ impl Api {
         let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
         let state = AppState {
             retriever: Arc::new(retriever(db, embedder, None)),
-            auth: Arc::new(Authenticator::LocalJwt { secret: SECRET.into() }),
+            auth: Arc::new(Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap()),
         };
         Self { app: retrieve::app(state) }
     }
@@ -54,6 +57,8 @@ fn token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
         agent_id: agent.map(|a| a.to_string()),
         scope: scope.map(str::to_string),
         exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
+        iss: Some(LOCAL_ISSUER.into()),
+        aud: Some(LOCAL_AUDIENCE.into()),
     };
     sign_local_token(SECRET, &claims).unwrap()
 }

@@ -186,6 +186,10 @@ async fn main() -> anyhow::Result<()> {
                 agent_id: agent.map(|a| a.to_string()),
                 scope,
                 exp: Some(exp),
+                iss: Some(std::env::var("MEMORY_JWT_ISSUER").unwrap_or_else(|_| retrieve::auth::LOCAL_ISSUER.into())),
+                aud: Some(
+                    std::env::var("MEMORY_JWT_AUDIENCE").unwrap_or_else(|_| retrieve::auth::LOCAL_AUDIENCE.into()),
+                ),
             };
             println!("{}", retrieve::auth::sign_local_token(&secret, &claims)?);
         }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use axum::http::request::Parts;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -25,6 +26,10 @@ pub struct Claims {
     pub scope: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exp: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aud: Option<String>,
 }
 
 impl Claims {
@@ -33,7 +38,7 @@ impl Claims {
             org_id: map.get("org_id").cloned().ok_or_else(|| ApiError::unauthorized("token has no org_id claim"))?,
             agent_id: map.get("agent_id").cloned(),
             scope: map.get("scope").or_else(|| map.get("scp")).cloned(),
-            exp: None,
+            ..Self::default()
         })
     }
 }
@@ -88,16 +93,57 @@ impl Principal {
     }
 }
 
-/// How requests are authenticated.
+/// The development secret the local scripts use; a server holding it refuses to listen beyond loopback.
+pub const DEVELOPMENT_SECRET: &str = "local-dev-secret-not-for-production";
+/// Shortest local signing secret accepted, in bytes.
+pub const MIN_SECRET_BYTES: usize = 32;
+/// The issuer and audience of local tokens unless configured (`MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
+pub const LOCAL_ISSUER: &str = "agent-memory-local";
+pub const LOCAL_AUDIENCE: &str = "agent-memory";
+
+/// How requests are authenticated (`MEMORY_AUTH`: `api-gateway` or `local-jwt`, never inferred).
 pub enum Authenticator {
     /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran), for
     /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
     ApiGateway { api_id: Option<String>, stage: Option<String> },
-    /// Verify HS256 bearer tokens with a shared secret (local runs and tests).
-    LocalJwt { secret: String },
+    /// Verify HS256 bearer tokens with a shared secret (local runs and tests): `exp`, `iss` and `aud` required.
+    LocalJwt(LocalVerifier),
+}
+
+/// The local token check, built once: the key and the validation rules.
+pub struct LocalVerifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl LocalVerifier {
+    /// Refuses a secret shorter than [`MIN_SECRET_BYTES`].
+    pub fn new(secret: &SecretString, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        let bytes = secret.expose_secret().as_bytes();
+        anyhow::ensure!(
+            bytes.len() >= MIN_SECRET_BYTES,
+            "MEMORY_JWT_SECRET must have at least {MIN_SECRET_BYTES} bytes"
+        );
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.set_issuer(&[issuer]);
+        validation.set_audience(&[audience]);
+        Ok(Self { key: DecodingKey::from_secret(bytes)?, validation })
+    }
+
+    fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+        jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map(|t| t.claims).map_err(|e| {
+            tracing::debug!(reason = %e, "token refused");
+            ApiError::unauthorized("invalid or expired token")
+        })
+    }
 }
 
 impl Authenticator {
+    pub fn local(secret: &SecretString, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        Ok(Self::LocalJwt(LocalVerifier::new(secret, issuer, audience)?))
+    }
+
     pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
         let claims = match self {
             Self::ApiGateway { api_id, stage } => {
@@ -114,7 +160,7 @@ impl Authenticator {
                 };
                 Claims::from_map(claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?)?
             }
-            Self::LocalJwt { secret } => {
+            Self::LocalJwt(verifier) => {
                 let header = parts
                     .headers
                     .get(axum::http::header::AUTHORIZATION)
@@ -123,14 +169,7 @@ impl Authenticator {
                 let token = header
                     .strip_prefix("Bearer ")
                     .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer <token>`"))?;
-                let mut validation = Validation::new(Algorithm::HS256);
-                validation.required_spec_claims.clear();
-                validation.validate_exp = true;
-                let key = DecodingKey::from_secret(secret.as_bytes())
-                    .map_err(|e| ApiError::Internal(anyhow::anyhow!("JWT key: {e}")))?;
-                jsonwebtoken::decode::<Claims>(token, &key, &validation)
-                    .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?
-                    .claims
+                verifier.verify(token)?
             }
         };
         Principal::from_claims(&claims)

@@ -8,21 +8,44 @@ use memory_core::{
     services::Services,
 };
 
-use crate::{AppState, auth::Authenticator};
+use secrecy::SecretString;
 
-/// Builds the shared services and the retriever. `behind_api_gateway` selects API Gateway claims over local JWT
-/// verification.
-pub async fn state_from_env(behind_api_gateway: bool) -> anyhow::Result<AppState> {
+use crate::{
+    AppState,
+    auth::{Authenticator, DEVELOPMENT_SECRET, LOCAL_AUDIENCE, LOCAL_ISSUER},
+};
+
+/// Builds the shared services, the retriever and the authenticator that `MEMORY_AUTH` names.
+pub async fn state_from_env() -> anyhow::Result<AppState> {
+    let auth = authenticator_from_env()?;
     let services = Services::from_env().await?;
     let retriever = Retriever::new(services.pool, services.embedder, services.llm, RetrievalConfig::from_env()?)
         .with_llm_timeout(services.llm_timeout);
-    let auth = if behind_api_gateway {
-        Authenticator::ApiGateway {
-            api_id: std::env::var("MEMORY_API_ID").ok(),
-            stage: std::env::var("MEMORY_API_STAGE").ok(),
-        }
-    } else {
-        Authenticator::LocalJwt { secret: config::required("MEMORY_JWT_SECRET")? }
-    };
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
+}
+
+/// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`) or
+/// `MEMORY_AUTH=local-jwt` (`MEMORY_JWT_SECRET`, `MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
+pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
+    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match config::required("MEMORY_AUTH")?.as_str() {
+        "api-gateway" => Ok(Authenticator::ApiGateway { api_id: set("MEMORY_API_ID"), stage: set("MEMORY_API_STAGE") }),
+        "local-jwt" => {
+            let secret = SecretString::from(config::required("MEMORY_JWT_SECRET")?);
+            let issuer = set("MEMORY_JWT_ISSUER").unwrap_or_else(|| LOCAL_ISSUER.into());
+            let audience = set("MEMORY_JWT_AUDIENCE").unwrap_or_else(|| LOCAL_AUDIENCE.into());
+            Authenticator::local(&secret, &issuer, &audience)
+        }
+        other => anyhow::bail!("MEMORY_AUTH must be api-gateway or local-jwt, not {other:?}"),
+    }
+}
+
+/// Refuses to serve beyond loopback with the published development secret.
+pub fn check_bind(address: &std::net::SocketAddr) -> anyhow::Result<()> {
+    let development = std::env::var("MEMORY_JWT_SECRET").is_ok_and(|s| s == DEVELOPMENT_SECRET);
+    anyhow::ensure!(
+        address.ip().is_loopback() || !development,
+        "refusing to listen on {address} with the development JWT secret; set MEMORY_JWT_SECRET"
+    );
+    Ok(())
 }

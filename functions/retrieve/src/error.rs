@@ -70,11 +70,33 @@ impl From<memory_core::Error> for ApiError {
             E::Validation(m) => Self::Unprocessable(m),
             E::Forbidden(m) => Self::Forbidden(m),
             E::NotFound { kind, id } => Self::NotFound(format!("{kind} {id} not found")),
-            E::Database(sqlx::Error::PoolTimedOut) => Self::Unavailable("database busy; retry".into()),
+            E::Database(e) if database_unavailable(&e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Self::Unavailable("the database is unavailable; retry".into())
+            }
+            E::Unavailable(reason) => {
+                tracing::warn!(%reason, "answer unavailable");
+                Self::Unavailable("the service cannot answer now; retry".into())
+            }
             other => Self::Internal(anyhow::Error::new(other)),
         }
     }
 }
+
+/// Whether a database error means the database (or the connection to it) is down, not that the request was bad:
+/// no connection in time, a refused or broken connection, a backend terminated by an administrator, or the
+/// server shutting down or not accepting connections (SQLSTATE classes 08 and 57P).
+pub(crate) fn database_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        _ => false,
+    }
+}
+
+/// Seconds a client should wait before retrying a 503.
+const RETRY_AFTER_SECONDS: &str = "1";
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -82,6 +104,22 @@ impl IntoResponse for ApiError {
             tracing::error!(error = ?e, "request failed");
         }
         let body = json!({ "error": { "code": self.code(), "message": self.to_string() } });
-        (self.status_code(), Json(body)).into_response()
+        let mut response = (self.status_code(), Json(body)).into_response();
+        if matches!(self, Self::Unavailable(_)) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECONDS.parse().expect("a number"));
+        }
+        response
     }
+}
+
+/// The answer to a request whose handler panicked: a 500 like any internal error (the panic is logged).
+pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    ApiError::Internal(anyhow::anyhow!("handler panicked: {message}")).into_response()
 }

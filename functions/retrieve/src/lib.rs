@@ -12,9 +12,14 @@ use std::sync::Arc;
 
 use axum::{Router, extract::DefaultBodyLimit};
 use memory_core::retrieval::Retriever;
+use tower_http::{
+    catch_panic::CatchPanicLayer,
+    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
+    trace::TraceLayer,
+};
 
 pub use auth::{Authenticator, Claims, Principal};
-pub use bootstrap::state_from_env;
+pub use bootstrap::{authenticator_from_env, check_bind, state_from_env};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -26,7 +31,19 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
 }
 
-/// The HTTP API.
+/// The HTTP API. Every request gets an id (`x-request-id`, kept when the caller sends one), which every log line
+/// of the request carries and the response returns; a handler that panics answers 500 and the process serves on.
 pub fn app(state: AppState) -> Router {
-    routes::router().layer(DefaultBodyLimit::max(MAX_BODY_BYTES)).with_state(state)
+    let request_id = axum::http::HeaderName::from_static("x-request-id");
+    let trace = TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+        let id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
+    });
+    routes::router()
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(trace)
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }

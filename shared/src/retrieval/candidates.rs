@@ -116,7 +116,10 @@ pub async fn gather(
     let vector_rows = ok_rows(vector, "vector_search_failed");
     let keyword_rows = ok_rows(keyword, "keyword_search_failed");
     if failed == 2 {
-        return Err(crate::Error::Unexpected(anyhow::anyhow!("both search branches failed")));
+        return Err(crate::Error::Unavailable(format!(
+            "both search branches failed ({})",
+            degraded_reasons.join(", ")
+        )));
     }
 
     Ok(CandidateSet { candidates: fuse(vector_rows, keyword_rows, settings.limit), degraded_reasons })

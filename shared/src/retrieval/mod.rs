@@ -30,6 +30,9 @@ use crate::{
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 
 /// Scopes of a caller that is not an agent (a service such as the prompt builder): everything shared.
+/// Longest `session_id`, in bytes (the cooldown keeps one entry per session).
+pub const MAX_SESSION_ID_BYTES: usize = 128;
+
 const SERVICE_READ_SCOPES: [Scope; 3] = [Scope::Org, Scope::Project, Scope::Task];
 
 /// Answers retrieval and search requests. Built once per process; cheap to share behind an `Arc`.

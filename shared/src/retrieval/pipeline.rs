@@ -26,6 +26,14 @@ impl Retriever {
         };
         self.validate_query(&text)?;
         self.validate_max_results(request.max_results)?;
+        if let Some(session) = &request.session
+            && session.session_id.len() > super::MAX_SESSION_ID_BYTES
+        {
+            return Err(crate::Error::validation(format!(
+                "session_id is longer than {} bytes",
+                super::MAX_SESSION_ID_BYTES
+            )));
+        }
         let mut degraded = Vec::new();
 
         // The query embedding and the caller's scopes + taxonomy are independent: fetch them together.
@@ -98,7 +106,14 @@ impl Retriever {
             .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
             .map(|r| r.memory.id)
             .collect();
-        let entity_profiles = self.entity_profiles(&scope, &profiled, &ranked).await?;
+        let entity_profiles = match self.entity_profiles(&scope, &profiled, &ranked).await {
+            Ok(profiles) => profiles,
+            Err(e) => {
+                tracing::warn!(error = %e, "entity profile lookup failed; answering without profiles");
+                degraded.push("entity_profiles_failed".into());
+                Vec::new()
+            }
+        };
 
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();

@@ -30,6 +30,9 @@ impl Retriever {
             self.validate_query(&request.query)?;
         }
         self.validate_max_results(request.max_results)?;
+        if let Some(problem) = request.filters.problem() {
+            return Err(crate::Error::validation(problem));
+        }
         let scope = self
             .scope_filter(
                 request.organization_id,

@@ -88,6 +88,8 @@ pub async fn vector_branch(
 }
 
 /// BM25's term-frequency saturation and length normalisation.
+/// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
+pub const MAX_QUERY_TERMS: usize = 32;
 const BM25_K1: f64 = 1.2;
 const BM25_B: f64 = 0.75;
 
@@ -193,7 +195,9 @@ async fn keyword_pass(
                                  WHERE s.organization_id = ",
         )
         .push_bind(scope.organization_id)
-        .push(" AND s.lexeme = t.lexeme) ts), ")
+        // At most MAX_QUERY_TERMS terms are scored, the rarest (the most telling) first: a long query costs no
+        // more than a short one.
+        .push(format!(" AND s.lexeme = t.lexeme) ts ORDER BY ts.df, t.lexeme LIMIT {MAX_QUERY_TERMS}), "))
         // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
         // organisation): matches on common words alone fill the list with noise that fusion then rewards.
         .push(

@@ -114,7 +114,31 @@ pub struct SearchFilters {
     pub min_confidence: Option<f64>,
 }
 
+/// Values per list filter (tags, labels, memory types).
+pub const MAX_FILTER_VALUES: usize = 32;
+
 impl SearchFilters {
+    /// Why these filters are refused (too many values, an empty date range); None when they are fine.
+    pub fn problem(&self) -> Option<String> {
+        let longest = [self.tags_any.len(), self.tags_all.len(), self.labels.len(), self.memory_types.len()]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        if longest > MAX_FILTER_VALUES {
+            return Some(format!("a filter lists at most {MAX_FILTER_VALUES} values"));
+        }
+        let empty = |after: Option<DateTime<Utc>>, before: Option<DateTime<Utc>>| {
+            after.zip(before).is_some_and(|(a, b)| a >= b)
+        };
+        if empty(self.created_after, self.created_before) || empty(self.updated_after, self.updated_before) {
+            return Some("a date range must end after it starts".into());
+        }
+        if self.min_confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
+            return Some("min_confidence must be within 0-1".into());
+        }
+        None
+    }
+
     /// Whether no filter is set.
     pub fn is_empty(&self) -> bool {
         *self == Self::default()

@@ -603,7 +603,7 @@ async fn http_throughput(
         binary.display()
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let secret = "bench-secret";
+    let secret = "bench-secret-of-at-least-thirty-two-bytes";
     let app_url = format!(
         "postgres://memory_app@{}:{}/{}",
         db.app_options.get_host(),
@@ -615,6 +615,7 @@ async fn http_throughput(
         .env("MEMORY_DB_MAX_CONNECTIONS", "16")
         .env("MEMORY_MODEL_DIR", &args.model_dir)
         .env("MEMORY_LLM", "none")
+        .env("MEMORY_AUTH", "local-jwt")
         .env("MEMORY_JWT_SECRET", secret)
         .env("MEMORY_BIND", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
@@ -648,7 +649,9 @@ async fn http_throughput(
                         org_id: probe.organization.to_string(),
                         agent_id: Some(probe.agent.to_string()),
                         scope: None,
-                        exp: None,
+                        exp: Some(chrono::Utc::now().timestamp() as u64 + 3600),
+                        iss: Some(retrieve::auth::LOCAL_ISSUER.into()),
+                        aud: Some(retrieve::auth::LOCAL_AUDIENCE.into()),
                     };
                     retrieve::auth::sign_local_token(secret, &claims).expect("token")
                 });

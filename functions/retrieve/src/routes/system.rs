@@ -10,9 +10,10 @@ use crate::{AppState, error::ApiError, openapi::ApiDoc};
 /// 200 when the database answers.
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "database reachable"), (status = 503)))]
 pub async fn healthz(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    memory_core::store::ping(state.retriever.pool())
-        .await
-        .map_err(|e| ApiError::Unavailable(format!("database unreachable: {e}")))?;
+    memory_core::store::ping(state.retriever.pool()).await.map_err(|e| {
+        tracing::warn!(error = %e, "health check: database unreachable");
+        ApiError::Unavailable("database unreachable".into())
+    })?;
     Ok((StatusCode::OK, Json(json!({ "status": "ok" }))))
 }
 

@@ -1,0 +1,203 @@
+//! The retrieve API under hostile input and outages, through the router: who may call, what one request may cost,
+//! and what a caller sees when something is broken.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use axum::{
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use http_body_util::BodyExt;
+use integration_tests::{DIM, Db, FixedEmbedder, axis, memory, retriever};
+use memory_core::{
+    config::RetrievalConfig,
+    embed::{EmbedError, Embedder},
+    retrieval::Retriever,
+};
+use retrieve::{
+    AppState, Authenticator, Claims,
+    auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
+};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tower::ServiceExt;
+use uuid::Uuid;
+
+const SECRET: &str = "hardening-secret-of-at-least-32-bytes";
+
+fn app(retriever: Retriever) -> axum::Router {
+    let auth = Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap();
+    retrieve::app(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
+}
+
+fn claims(org: Uuid) -> Claims {
+    Claims {
+        org_id: org.to_string(),
+        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
+        iss: Some(LOCAL_ISSUER.into()),
+        aud: Some(LOCAL_AUDIENCE.into()),
+        ..Claims::default()
+    }
+}
+
+async fn call(app: &axum::Router, token: &str, uri: &str, body: Value) -> (StatusCode, header::HeaderMap, Value) {
+    let request = Request::post(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let (status, headers) = (response.status(), response.headers().clone());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+fn query(text: &str) -> Value {
+    json!({"mode": "agent_query", "query": text, "max_results": 3})
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_token_without_exp_or_for_another_audience_is_refused_without_the_reason(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let app = app(retriever(&db, Arc::new(FixedEmbedder::default().with("q", axis(0))), None));
+    let good = sign_local_token(SECRET, &claims(org)).unwrap();
+    assert_eq!(call(&app, &good, "/v1/retrieve", query("q")).await.0, StatusCode::OK);
+
+    let no_exp = sign_local_token(SECRET, &Claims { exp: None, ..claims(org) }).unwrap();
+    let other_audience =
+        sign_local_token(SECRET, &Claims { aud: Some("another-service".into()), ..claims(org) }).unwrap();
+    let no_issuer = sign_local_token(SECRET, &Claims { iss: None, ..claims(org) }).unwrap();
+    for token in [no_exp, other_audience, no_issuer] {
+        let (status, _, body) = call(&app, &token, "/v1/retrieve", query("q")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(body["error"]["message"], "invalid or expired token", "the decoder's reason stays in the log");
+    }
+    assert!(Authenticator::local(&"short".to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).is_err());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn what_one_request_may_ask_is_bounded(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "alpha bravo charlie").embedding(axis(0)).insert(&db).await;
+    // Distinct words under the 8 KiB query limit: the keyword branch scores the 32 rarest and answers.
+    let many: String = (0..1300).map(|i| format!("w{i:04}")).collect::<Vec<_>>().join(" ") + " alpha";
+    let five_thousand: String = (0..5000).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let embedder = FixedEmbedder::default().with(&many, axis(0)).with("q", axis(0));
+    let app = app(retriever(&db, Arc::new(embedder), None));
+    let token = sign_local_token(SECRET, &claims(org)).unwrap();
+
+    let (status, _, body) = call(&app, &token, "/v1/retrieve", query(&many)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["memories"][0]["memory"]["content"], "alpha bravo charlie");
+    let (status, _, body) = call(&app, &token, "/v1/retrieve", query(&five_thousand)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_request")));
+
+    let long_session = json!({"mode": "passive", "query": "q", "session_id": "s".repeat(129), "turn": 1});
+    assert_eq!(call(&app, &token, "/v1/retrieve", long_session).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    let tags: Vec<String> = (0..33).map(|i| format!("t{i}")).collect();
+    for filters in [
+        json!({"tags_any": tags}),
+        json!({"created_after": "2026-02-01T00:00:00Z", "created_before": "2026-01-01T00:00:00Z"}),
+        json!({"min_confidence": 7.0}),
+    ] {
+        let body = json!({"strategy": "keyword", "query": "alpha", "filters": filters});
+        assert_eq!(call(&app, &token, "/v1/search", body).await.0, StatusCode::UNPROCESSABLE_ENTITY, "{filters}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_503_with_retry_after_and_healthz_says_so_without_details() {
+    let nowhere = PgConnectOptions::new().host("127.0.0.1").port(1).username("memory_app").database("memory");
+    let pool = PgPoolOptions::new().acquire_timeout(Duration::from_millis(500)).connect_lazy_with(nowhere);
+    let embedder = Arc::new(FixedEmbedder::default().with("q", axis(0)));
+    let app = app(Retriever::new(pool, embedder, None, RetrievalConfig::default()));
+    let token = sign_local_token(SECRET, &claims(Uuid::now_v7())).unwrap();
+
+    let started = std::time::Instant::now();
+    let (status, headers, body) = call(&app, &token, "/v1/retrieve", query("q")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    assert!(started.elapsed() < Duration::from_secs(3), "answered within the acquire timeout");
+
+    let response = app.clone().oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["error"]["message"], "database unreachable", "no internal error text");
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn after_its_backend_is_killed_the_next_request_is_served_without_a_restart(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "alpha").embedding(axis(0)).insert(&db).await;
+    let app = app(retriever(&db, Arc::new(FixedEmbedder::default().with("alpha", axis(0))), None));
+    let token = sign_local_token(SECRET, &claims(org)).unwrap();
+    assert_eq!(call(&app, &token, "/v1/retrieve", query("alpha")).await.0, StatusCode::OK);
+
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE usename = 'memory_app' AND datname = current_database()",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(!killed.is_empty());
+    let mut served = false;
+    for _ in 0..3 {
+        let (status, headers, _) = call(&app, &token, "/v1/retrieve", query("alpha")).await;
+        assert!(status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE, "{status}");
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(headers.contains_key(header::RETRY_AFTER));
+        }
+        served |= status == StatusCode::OK;
+    }
+    assert!(served, "the pool replaced the killed connections");
+}
+
+/// Panics when asked to embed "panic".
+struct PanickingEmbedder;
+
+#[async_trait]
+impl Embedder for PanickingEmbedder {
+    fn dimension(&self) -> usize {
+        DIM
+    }
+    fn model_id(&self) -> &str {
+        "panicking"
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        assert!(texts.iter().all(|t| t != "panic"), "a bug in a handler");
+        Ok(texts.iter().map(|_| axis(0)).collect())
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_handler_panic_answers_500_and_the_next_request_is_served_with_request_ids(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let app = app(retriever(&db, Arc::new(PanickingEmbedder), None));
+    let token = sign_local_token(SECRET, &claims(org)).unwrap();
+    let (status, headers, body) = call(&app, &token, "/v1/retrieve", query("panic")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::INTERNAL_SERVER_ERROR, Some("internal")));
+    assert!(headers.contains_key("x-request-id"));
+    let (status, headers, _) = call(&app, &token, "/v1/retrieve", query("fine")).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A caller's request id is kept.
+    let request = Request::get("/openapi.json").header("x-request-id", "caller-42").body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.headers()["x-request-id"], "caller-42");
+    assert_ne!(headers["x-request-id"], "caller-42");
+}
