@@ -107,7 +107,7 @@ pub enum Authenticator {
     /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
     ApiGateway { api_id: Option<String>, stage: Option<String> },
     /// Verify HS256 bearer tokens with a shared secret (local runs and tests): `exp`, `iss` and `aud` required.
-    LocalJwt(LocalVerifier),
+    LocalJwt(Box<LocalVerifier>),
 }
 
 /// The local token check, built once: the key and the validation rules.
@@ -141,7 +141,7 @@ impl LocalVerifier {
 
 impl Authenticator {
     pub fn local(secret: &SecretString, issuer: &str, audience: &str) -> anyhow::Result<Self> {
-        Ok(Self::LocalJwt(LocalVerifier::new(secret, issuer, audience)?))
+        Ok(Self::LocalJwt(Box::new(LocalVerifier::new(secret, issuer, audience)?)))
     }
 
     pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
