@@ -201,3 +201,64 @@ async fn a_handler_panic_answers_500_and_the_next_request_is_served_with_request
     assert_eq!(response.headers()["x-request-id"], "caller-42");
     assert_ne!(headers["x-request-id"], "caller-42");
 }
+
+mod cooldown_across_instances {
+    use std::collections::HashMap;
+
+    use integration_tests::{Db, FixedEmbedder, memory, vector_with_similarity};
+    use memory_core::{
+        config::RetrievalConfig,
+        retrieval::{RetrievalMode, RetrievalRequest, Retriever, SessionTurn, cooldown_token::TokenKey},
+    };
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    use std::sync::Arc;
+    use uuid::Uuid;
+
+    /// Serves turns 1..=12 alternately from two instances; returns, per memory, the turns it was injected at.
+    async fn serve(instances: &[Retriever; 2], org: Uuid, echo: bool) -> HashMap<Uuid, Vec<u32>> {
+        let mut injected: HashMap<Uuid, Vec<u32>> = HashMap::new();
+        let mut token = None;
+        for turn in 1..=12u32 {
+            let mut request = RetrievalRequest::new(org, RetrievalMode::Passive, "deploy checklist");
+            request.max_results = 2;
+            request.session = Some(SessionTurn { session_id: "s-1".into(), turn });
+            request.cooldown_token = if echo { token.clone() } else { None };
+            let result = instances[(turn % 2) as usize].query(request).await.unwrap();
+            for m in &result.memories {
+                injected.entry(m.memory.id).or_default().push(turn);
+            }
+            token = result.cooldown_token;
+        }
+        injected
+    }
+
+    fn repeats_within_five_turns(injected: &HashMap<Uuid, Vec<u32>>) -> bool {
+        injected.values().any(|turns| turns.windows(2).any(|w| w[1] - w[0] < 5))
+    }
+
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn two_instances_serving_alternate_turns_never_repeat_a_memory_within_five_turns(
+        opts: PgPoolOptions,
+        conn: PgConnectOptions,
+    ) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        for i in 0..12 {
+            let similarity = 0.95 - i as f32 * 0.01;
+            memory(org, &format!("deploy checklist item {i}"))
+                .embedding(vector_with_similarity(similarity, 1 + i))
+                .insert(&db)
+                .await;
+        }
+        let key = TokenKey::from_secret(b"the key every instance of the deployment shares").unwrap();
+        let instance = || {
+            let embedder = Arc::new(FixedEmbedder::default().with("deploy checklist", integration_tests::axis(0)));
+            Retriever::new(db.app.clone(), embedder, None, RetrievalConfig::default()).with_cooldown_key(key.clone())
+        };
+        let with_token = serve(&[instance(), instance()], org, true).await;
+        assert!(!repeats_within_five_turns(&with_token), "{with_token:?}");
+        // Without the token each instance knows only its own turns, and repeats what the other injected.
+        let without = serve(&[instance(), instance()], org, false).await;
+        assert!(repeats_within_five_turns(&without), "{without:?}");
+    }
+}

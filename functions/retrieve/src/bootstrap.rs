@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use memory_core::{
     config::{self, RetrievalConfig},
-    retrieval::Retriever,
+    retrieval::{Retriever, cooldown_token::TokenKey},
     services::Services,
 };
 
@@ -19,8 +19,15 @@ use crate::{
 pub async fn state_from_env() -> anyhow::Result<AppState> {
     let auth = authenticator_from_env()?;
     let services = Services::from_env().await?;
-    let retriever = Retriever::new(services.pool, services.embedder, services.llm, RetrievalConfig::from_env()?)
+    let mut retriever = Retriever::new(services.pool, services.embedder, services.llm, RetrievalConfig::from_env()?)
         .with_llm_timeout(services.llm_timeout);
+    match std::env::var("MEMORY_COOLDOWN_KEY").ok().filter(|k| !k.is_empty()) {
+        Some(secret) => {
+            let key = TokenKey::from_secret(secret.as_bytes()).map_err(|e| anyhow::anyhow!(e))?;
+            retriever = retriever.with_cooldown_key(key);
+        }
+        None => tracing::warn!("MEMORY_COOLDOWN_KEY is not set: cooldown tokens hold only on this instance"),
+    }
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
 }
 

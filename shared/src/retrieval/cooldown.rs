@@ -46,6 +46,25 @@ impl CooldownTracker {
         }
     }
 
+    /// What this instance returned to the session, with the turn of each, for the turns that still matter at
+    /// `turn`.
+    pub fn entries(&self, organization_id: Uuid, session_id: &str, turn: u32) -> Vec<(Uuid, u32)> {
+        let mut sessions = self.sessions.lock().expect("cooldown lock");
+        sessions.get(&(organization_id, session_id.to_string())).map_or_else(Vec::new, |returned| {
+            returned.iter().filter(|(_, at)| self.still_cooling(**at, turn)).map(|(id, at)| (*id, *at)).collect()
+        })
+    }
+
+    /// Whether a memory returned at turn `at` still matters at `turn` (it is cooling, or from a later turn).
+    pub fn still_cooling(&self, at: u32, turn: u32) -> bool {
+        at > turn || turn - at < self.window
+    }
+
+    /// Whether a memory returned at turn `at` is withheld at `turn`.
+    pub fn withheld(&self, at: u32, turn: u32) -> bool {
+        at <= turn && turn - at < self.window
+    }
+
     /// Sessions currently tracked.
     pub fn len(&self) -> usize {
         self.sessions.lock().expect("cooldown lock").len()

@@ -3,6 +3,7 @@
 
 pub mod candidates;
 pub mod cooldown;
+pub mod cooldown_token;
 pub mod fusion;
 pub mod mention;
 mod pipeline;
@@ -43,6 +44,8 @@ pub struct Retriever {
     llm_timeout: Duration,
     config: RetrievalConfig,
     cooldown: cooldown::CooldownTracker,
+    /// Signs the cooldown tokens of passive answers.
+    cooldown_key: cooldown_token::TokenKey,
     /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
     text_search_config: String,
     statement_timeout_ms: u64,
@@ -57,10 +60,18 @@ impl Retriever {
             llm,
             llm_timeout: Duration::from_millis(2000),
             cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
+            cooldown_key: cooldown_token::TokenKey::random(),
             config,
             text_search_config: "memory_text".into(),
             statement_timeout_ms: 5000,
         }
+    }
+
+    /// The key shared by every instance that signs and checks cooldown tokens (without one, each instance signs
+    /// with a key of its own and tokens carry the cooldown within that instance only).
+    pub fn with_cooldown_key(mut self, key: cooldown_token::TokenKey) -> Self {
+        self.cooldown_key = key;
+        self
     }
 
     /// Bounds every LLM classification call.

@@ -6,6 +6,7 @@ use uuid::Uuid;
 use super::{
     RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, build_scope_filter,
     candidates::{self, BranchSettings, Candidate},
+    cooldown_token,
     mention::parse_mentions,
     ranking,
     taxonomy::Taxonomy,
@@ -67,8 +68,18 @@ impl Retriever {
 
         // Passive cooldown: memories recently injected into this session are not candidates.
         let session = request.session.as_ref().filter(|_| passive);
+        let org = request.organization_id;
+        let carried: Vec<(Uuid, u32)> = match (session, &request.cooldown_token) {
+            (Some(s), Some(token)) => cooldown_token::decode(&self.cooldown_key, org, &s.session_id, token)
+                .unwrap_or_else(|| {
+                    tracing::debug!("cooldown token of another session or key ignored");
+                    Vec::new()
+                }),
+            _ => Vec::new(),
+        };
         if let Some(s) = session {
-            let cooling = self.cooldown.cooling(request.organization_id, &s.session_id, s.turn);
+            let mut cooling = self.cooldown.cooling(org, &s.session_id, s.turn);
+            cooling.extend(carried.iter().filter(|(_, at)| self.cooldown.withheld(*at, s.turn)).map(|(id, _)| *id));
             candidates.retain(|c| !cooling.contains(&c.memory.id));
         }
 
@@ -98,9 +109,17 @@ impl Retriever {
             })
         };
 
-        if let Some(s) = session {
-            self.cooldown.record(request.organization_id, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));
-        }
+        let cooldown_token = session.map(|s| {
+            self.cooldown.record(org, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));
+            let mut entries: std::collections::HashMap<Uuid, u32> = std::collections::HashMap::new();
+            let still = carried.into_iter().filter(|(_, at)| self.cooldown.still_cooling(*at, s.turn));
+            for (id, at) in still.chain(self.cooldown.entries(org, &s.session_id, s.turn)) {
+                let newest = entries.entry(id).or_insert(at);
+                *newest = (*newest).max(at);
+            }
+            let entries: Vec<(Uuid, u32)> = entries.into_iter().collect();
+            cooldown_token::encode(&self.cooldown_key, org, &s.session_id, &entries)
+        });
         let profiled: Vec<Uuid> = ranked
             .iter()
             .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
@@ -124,6 +143,7 @@ impl Retriever {
             taxonomy: classified.iter().map(|id| taxonomy.path(*id)).collect(),
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
+            cooldown_token,
         })
     }
 

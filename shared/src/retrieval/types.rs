@@ -46,6 +46,8 @@ pub struct RetrievalRequest {
     pub session: Option<SessionTurn>,
     /// Reference time for recency (defaults to now; evaluations replay queries at their own time).
     pub as_of: Option<DateTime<Utc>>,
+    /// The cooldown token of the session's previous passive answer (any instance's).
+    pub cooldown_token: Option<String>,
 }
 
 impl RetrievalRequest {
@@ -63,6 +65,7 @@ impl RetrievalRequest {
             sensitivity_gate: mode == RetrievalMode::Passive,
             session: None,
             as_of: None,
+            cooldown_token: None,
         }
     }
 }
@@ -90,6 +93,10 @@ pub struct RetrievalResult {
     pub taxonomy: Vec<String>,
     pub degraded: bool,
     pub degraded_reasons: Vec<String>,
+    /// Passive mode: the session's cooldown, signed; send it back with the next turn so that any instance
+    /// withholds what this one returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_token: Option<String>,
 }
 
 /// Search strategies of MEM-004.

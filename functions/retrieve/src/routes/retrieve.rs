@@ -1,6 +1,7 @@
 //! POST /v1/retrieve: the pipeline's three modes.
 
 use axum::{Json, extract::State};
+use memory_core::retrieval::cooldown_token::MAX_TOKEN_CHARS;
 use memory_core::retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, SessionTurn};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -26,6 +27,9 @@ pub struct RetrieveBody {
     pub max_results: Option<usize>,
     /// Exclude restricted memories (always on in passive mode).
     pub sensitivity_gate: Option<bool>,
+    /// Passive mode: the `cooldown_token` of the session's previous answer, so that whichever instance serves
+    /// this turn withholds what was injected in the last turns.
+    pub cooldown_token: Option<String>,
 }
 
 /// Input of the agent's `memory.query` tool.
@@ -67,6 +71,10 @@ pub async fn retrieve(
     request.session = session;
     request.max_results = body.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
     request.sensitivity_gate = body.mode == RetrievalMode::Passive || body.sensitivity_gate.unwrap_or(false);
+    if body.cooldown_token.as_ref().is_some_and(|t| t.len() > MAX_TOKEN_CHARS) {
+        return Err(ApiError::Unprocessable(format!("cooldown_token is longer than {MAX_TOKEN_CHARS} characters")));
+    }
+    request.cooldown_token = body.cooldown_token;
     Ok(Json(state.retriever.query(request).await?))
 }
 
