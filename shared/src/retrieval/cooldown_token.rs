@@ -76,7 +76,7 @@ pub fn decode(key: &TokenKey, organization_id: Uuid, session_id: &str, token: &s
         return None;
     }
     let bytes = URL_SAFE_NO_PAD.decode(token).ok()?;
-    if bytes.len() < HEADER + MAC || (bytes.len() - HEADER - MAC) % ENTRY != 0 {
+    if bytes.len() < HEADER + MAC || !(bytes.len() - HEADER - MAC).is_multiple_of(ENTRY) {
         return None;
     }
     let (payload, tag) = bytes.split_at(bytes.len() - MAC);
