@@ -134,8 +134,13 @@ pub struct RetrievalConfig {
     pub min_top_score: f64,
     /// Sessions whose cooldown state is kept per warm instance (least recently used are dropped).
     pub cooldown_sessions: usize,
-    /// Query embeddings kept in process.
-    pub query_cache_entries: usize,
+    /// Bytes of query embeddings kept in process (per organisation and text).
+    pub query_cache_bytes: usize,
+    /// Time budgets: the query embedding, and each search branch's statement timeout. Over budget, a request goes
+    /// on degraded (keyword only, or without the branch) rather than slower.
+    pub embedding_budget_ms: u64,
+    pub vector_budget_ms: u64,
+    pub keyword_budget_ms: u64,
 }
 
 impl Default for RetrievalConfig {
@@ -147,7 +152,10 @@ impl Default for RetrievalConfig {
             max_results_cap: 100,
             min_top_score: 0.35,
             cooldown_sessions: 10_000,
-            query_cache_entries: 4_096,
+            query_cache_bytes: 8 << 20,
+            embedding_budget_ms: 2_000,
+            vector_budget_ms: 2_000,
+            keyword_budget_ms: 2_000,
         }
     }
 }
@@ -166,7 +174,10 @@ impl RetrievalConfig {
             max_results_cap: parsed_or("MEMORY_MAX_RESULTS_CAP", d.max_results_cap)?,
             min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
             cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,
-            query_cache_entries: parsed_or("MEMORY_QUERY_CACHE_ENTRIES", d.query_cache_entries)?,
+            query_cache_bytes: parsed_or("MEMORY_QUERY_CACHE_BYTES", d.query_cache_bytes)?,
+            embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
+            vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
+            keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
         })
     }
 }

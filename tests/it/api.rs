@@ -314,7 +314,12 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     memory(Uuid::now_v7(), text).embedding(axis(0)).insert(&db).await;
     let state = AppState {
         retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway { api_id: Some("abc123".into()), stage: Some("$default".into()) }),
+        auth: Arc::new(Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: None,
+            audience: None,
+        }),
     };
     let app = retrieve::app(state);
     let event =
@@ -339,4 +344,23 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     forged["requestContext"]["apiId"] = "attacker".into();
     let request = lambda_http::request::from_str(&forged.to_string()).unwrap();
     assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+
+    // With an issuer and audience configured, the claims must carry them.
+    let strict = retrieve::app(AppState {
+        retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
+        auth: Arc::new(Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: Some("https://auth.example.com/".into()),
+            audience: Some("agent-memory".into()),
+        }),
+    });
+    let request = lambda_http::request::from_str(&event).unwrap();
+    assert_eq!(strict.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let mut issued: Value = serde_json::from_str(&event).unwrap();
+    let claims = &mut issued["requestContext"]["authorizer"]["jwt"]["claims"];
+    claims["iss"] = "https://auth.example.com/".into();
+    claims["aud"] = "[agent-memory other]".into();
+    let request = lambda_http::request::from_str(&issued.to_string()).unwrap();
+    assert_eq!(strict.oneshot(request).await.unwrap().status(), StatusCode::OK);
 }

@@ -71,7 +71,12 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
 
     let state = AppState {
         retriever: Arc::new(retriever(&db, minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway { api_id: Some("abc123".into()), stage: Some("$default".into()) }),
+        auth: Arc::new(Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: None,
+            audience: None,
+        }),
     };
     let app = retrieve::app(state);
     let repos = std::env::temp_dir().join(format!("events-{}", Uuid::now_v7()));

@@ -262,3 +262,36 @@ mod cooldown_across_instances {
         assert!(repeats_within_five_turns(&without), "{without:?}");
     }
 }
+
+/// `project_id` and `task_id` narrow what the read scopes allow; they are not access control (ARCHITECTURE.md).
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn project_id_narrows_within_the_read_scopes_and_is_not_access_control(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{
+        domain::Scope,
+        retrieval::{RetrievalMode, RetrievalRequest},
+    };
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (p, q) = (Uuid::now_v7(), Uuid::now_v7());
+    let in_p = memory(org, "deploy notes of P").scope(Scope::Project).project(p).embedding(axis(0)).insert(&db).await;
+    let in_q = memory(org, "deploy notes of Q").scope(Scope::Project).project(q).embedding(axis(0)).insert(&db).await;
+    let with_projects = integration_tests::agent_with_scopes(&db, org, &[Scope::Org, Scope::Project]).await;
+    let org_only = integration_tests::agent_with_scopes(&db, org, &[Scope::Org]).await;
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with("deploy", axis(0))), None);
+    let ask = |agent: Uuid, project: Option<Uuid>| {
+        let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, "deploy");
+        request.agent_id = Some(agent);
+        request.project_id = project;
+        request
+    };
+    let ids = |result: memory_core::retrieval::RetrievalResult| -> Vec<Uuid> {
+        result.memories.iter().map(|m| m.memory.id).collect()
+    };
+    assert_eq!(ids(r.query(ask(with_projects, Some(p))).await.unwrap()), vec![in_p.id]);
+    assert_eq!(ids(r.query(ask(with_projects, Some(q))).await.unwrap()), vec![in_q.id], "any project, by naming it");
+    assert!(ids(r.query(ask(with_projects, None)).await.unwrap()).is_empty(), "no project named, none read");
+    assert!(ids(r.query(ask(org_only, Some(p))).await.unwrap()).is_empty(), "the read scopes are the access control");
+}

@@ -105,7 +105,8 @@ pub const LOCAL_AUDIENCE: &str = "agent-memory";
 pub enum Authenticator {
     /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran), for
     /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
-    ApiGateway { api_id: Option<String>, stage: Option<String> },
+    /// The claims' `iss` and `aud` are checked too when configured (`MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
+    ApiGateway { api_id: Option<String>, stage: Option<String>, issuer: Option<String>, audience: Option<String> },
     /// Verify HS256 bearer tokens with a shared secret (local runs and tests): `exp`, `iss` and `aud` required.
     LocalJwt(Box<LocalVerifier>),
 }
@@ -146,7 +147,7 @@ impl Authenticator {
 
     pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
         let claims = match self {
-            Self::ApiGateway { api_id, stage } => {
+            Self::ApiGateway { api_id, stage, issuer, audience } => {
                 use lambda_http::request::RequestContext;
                 let expected = |want: &Option<String>, got: Option<&String>| want.is_none() || want.as_ref() == got;
                 let claims = match parts.extensions.get::<RequestContext>() {
@@ -158,7 +159,15 @@ impl Authenticator {
                     }
                     _ => None,
                 };
-                Claims::from_map(claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?)?
+                let claims = claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?;
+                let audiences = claims.get("aud").map(String::as_str).unwrap_or_default();
+                let audience_ok = audience.as_ref().is_none_or(|want| {
+                    audiences.split(|c: char| c.is_whitespace() || "[],\"".contains(c)).any(|a| a == want)
+                });
+                if !expected(issuer, claims.get("iss")) || !audience_ok {
+                    return Err(ApiError::unauthorized("the token was issued for another service"));
+                }
+                Claims::from_map(claims)?
             }
             Self::LocalJwt(verifier) => {
                 let header = parts

@@ -36,7 +36,12 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
 pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
     let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     match config::required("MEMORY_AUTH")?.as_str() {
-        "api-gateway" => Ok(Authenticator::ApiGateway { api_id: set("MEMORY_API_ID"), stage: set("MEMORY_API_STAGE") }),
+        "api-gateway" => Ok(Authenticator::ApiGateway {
+            api_id: set("MEMORY_API_ID"),
+            stage: set("MEMORY_API_STAGE"),
+            issuer: set("MEMORY_JWT_ISSUER"),
+            audience: set("MEMORY_JWT_AUDIENCE"),
+        }),
         "local-jwt" => {
             let secret = SecretString::from(config::required("MEMORY_JWT_SECRET")?);
             let issuer = set("MEMORY_JWT_ISSUER").unwrap_or_else(|| LOCAL_ISSUER.into());

@@ -1,13 +1,11 @@
-//! Text embeddings: the [`Embedder`] trait, the in-process MiniLM model, the Bedrock Titan adapter, and an
-//! in-process LRU cache for query embeddings.
+//! Text embeddings: the [`Embedder`] trait, the in-process MiniLM model and the Bedrock Titan adapter (retrieval
+//! keeps query embeddings in its own per-organisation cache, `retrieval::query_cache`).
 
-mod cache;
 mod minilm;
 mod titan;
 
 use async_trait::async_trait;
 
-pub use cache::CachedEmbedder;
 pub use minilm::MiniLm;
 pub use titan::TitanEmbedder;
 

@@ -42,7 +42,9 @@ pub struct BranchSettings<'a> {
     /// Candidates kept after fusion.
     pub limit: usize,
     pub text_search_config: &'a str,
-    pub statement_timeout_ms: u64,
+    /// Statement timeouts of the branches: a branch over its budget fails and the request goes on without it.
+    pub vector_timeout_ms: u64,
+    pub keyword_timeout_ms: u64,
     pub run_vector: bool,
     pub run_keyword: bool,
     pub extras: CandidateExtras,
@@ -61,13 +63,9 @@ pub async fn gather(
         let (Some(q), true) = (query, settings.run_vector) else { return None };
         Some(
             async {
-                let mut tx = store::begin_vector_search(
-                    pool,
-                    scope.organization_id,
-                    settings.depth,
-                    settings.statement_timeout_ms,
-                )
-                .await?;
+                let mut tx =
+                    store::begin_vector_search(pool, scope.organization_id, settings.depth, settings.vector_timeout_ms)
+                        .await?;
                 let rows =
                     store::candidates::vector_branch(&mut tx, scope, filters, q, settings.depth, settings.extras)
                         .await?;
@@ -84,7 +82,7 @@ pub async fn gather(
         Some(
             async {
                 let mut tx =
-                    store::begin_keyword_search(pool, scope.organization_id, settings.statement_timeout_ms).await?;
+                    store::begin_keyword_search(pool, scope.organization_id, settings.keyword_timeout_ms).await?;
                 let search = KeywordSearch {
                     text_search_config: settings.text_search_config,
                     text,

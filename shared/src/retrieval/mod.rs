@@ -7,6 +7,7 @@ pub mod cooldown_token;
 pub mod fusion;
 pub mod mention;
 mod pipeline;
+pub mod query_cache;
 pub mod ranking;
 mod search;
 pub mod taxonomy;
@@ -22,7 +23,7 @@ pub use types::*;
 use crate::{
     config::RetrievalConfig,
     domain::{Memory, Scope},
-    embed::{CachedEmbedder, Embedder},
+    embed::Embedder,
     llm::Llm,
     store::{self, ScopeFilter},
 };
@@ -44,17 +45,17 @@ pub struct Retriever {
     llm_timeout: Duration,
     config: RetrievalConfig,
     cooldown: cooldown::CooldownTracker,
+    query_cache: query_cache::QueryCache,
     /// Signs the cooldown tokens of passive answers.
     cooldown_key: cooldown_token::TokenKey,
     /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
     text_search_config: String,
-    statement_timeout_ms: u64,
 }
 
 impl Retriever {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>, config: RetrievalConfig) -> Self {
-        let embedder: Arc<dyn Embedder> = Arc::new(CachedEmbedder::new(embedder, config.query_cache_entries));
         Self {
+            query_cache: query_cache::QueryCache::new(config.query_cache_bytes),
             pool,
             embedder,
             llm,
@@ -63,7 +64,6 @@ impl Retriever {
             cooldown_key: cooldown_token::TokenKey::random(),
             config,
             text_search_config: "memory_text".into(),
-            statement_timeout_ms: 5000,
         }
     }
 
@@ -130,12 +130,31 @@ impl Retriever {
         Ok(chain)
     }
 
-    async fn embed_query(&self, text: &str, degraded: &mut Vec<String>) -> Option<pgvector::Vector> {
-        match self.embedder.embed_one(text).await {
-            Ok(v) => Some(pgvector::Vector::from(v)),
-            Err(e) => {
+    /// The query's embedding, from the organisation's cache or the embedder within the embedding budget; None
+    /// (and a degraded reason) when the embedder fails or is too slow, so the request goes on with keywords.
+    async fn embed_query(
+        &self,
+        organization_id: Uuid,
+        text: &str,
+        degraded: &mut Vec<String>,
+    ) -> Option<pgvector::Vector> {
+        if let Some(v) = self.query_cache.get(organization_id, text) {
+            return Some(pgvector::Vector::from(v.as_ref().clone()));
+        }
+        let budget = Duration::from_millis(self.config.embedding_budget_ms);
+        match tokio::time::timeout(budget, self.embedder.embed_one(text)).await {
+            Ok(Ok(v)) => Some(pgvector::Vector::from(self.query_cache.put(organization_id, text, v).as_ref().clone())),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "query embedding failed; keyword search only");
                 degraded.push("embedding_unavailable".into());
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    budget_ms = self.config.embedding_budget_ms,
+                    "query embedding over budget; keyword search only"
+                );
+                degraded.push("embedding_timeout".into());
                 None
             }
         }

@@ -38,7 +38,8 @@ impl Retriever {
         let mut degraded = Vec::new();
 
         // The query embedding and the caller's scopes + taxonomy are independent: fetch them together.
-        let (query_vector, context) = tokio::join!(self.embed_query(&text, &mut degraded), self.load_context(&request));
+        let (query_vector, context) =
+            tokio::join!(self.embed_query(request.organization_id, &text, &mut degraded), self.load_context(&request));
         let (scope, taxonomy, has_entity_profiles) = context?;
 
         // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
@@ -56,7 +57,8 @@ impl Retriever {
             depth: self.config.branch_depth.max(request.max_results),
             limit: self.config.candidate_limit.max(request.max_results),
             text_search_config: &self.text_search_config,
-            statement_timeout_ms: self.statement_timeout_ms,
+            vector_timeout_ms: self.config.vector_budget_ms,
+            keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,
             run_keyword: true,
             extras,

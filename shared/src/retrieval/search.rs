@@ -54,7 +54,7 @@ impl Retriever {
             let wants_vector = matches!(request.strategy, Strategy::Vector | Strategy::Hybrid | Strategy::Graph);
             let wants_keyword = matches!(request.strategy, Strategy::Keyword | Strategy::Hybrid | Strategy::Graph);
             let query_vector = if wants_vector || wants_keyword {
-                self.embed_query(&request.query, &mut degraded).await
+                self.embed_query(request.organization_id, &request.query, &mut degraded).await
             } else {
                 None
             };
@@ -64,7 +64,8 @@ impl Retriever {
                 depth: self.config.branch_depth.max(request.max_results),
                 limit: self.config.candidate_limit.max(request.max_results),
                 text_search_config: &self.text_search_config,
-                statement_timeout_ms: self.statement_timeout_ms,
+                vector_timeout_ms: self.config.vector_budget_ms,
+                keyword_timeout_ms: self.config.keyword_budget_ms,
                 run_vector: wants_vector,
                 run_keyword,
                 extras: CandidateExtras::NONE,

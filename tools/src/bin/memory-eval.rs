@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use clap::Parser;
 use memory_core::{
     config::RetrievalConfig,
-    embed::{CachedEmbedder, EmbedError, Embedder, MiniLm},
+    embed::{EmbedError, Embedder, MiniLm},
     ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
     retrieval::{RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion},
     store::SearchFilters,
@@ -240,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
     if !has_time {
         config.weights.recency = 0.0;
     }
-    let embedder: Arc<dyn Embedder> = Arc::new(CachedEmbedder::new(model, 8192));
+    let embedder: Arc<dyn Embedder> = model;
     let retriever = Retriever::new(db.app.clone(), embedder, None, config);
 
     if let Some(dir) = &args.run_dir {
