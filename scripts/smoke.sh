@@ -14,8 +14,9 @@ trap 'rm -f "$batch"' EXIT
 admin events --wait 0 >/dev/null 2>&1 || true   # forget earlier events
 printf '{"job_type":"memory_ingest","organization_id":"%s","batch_id":"smoke-%s","memories":[{"content":"%s","memory_type":"semantic","scope":"org","provenance":{"source_kind":"conversation_turn","source_ref":"smoke","trust_level":"unverified"}}]}\n' \
     "$ORG" "$(date +%s%N)" "$fact" >"$batch"
-admin ingest "$batch"
 token="$(admin token --org "$ORG")"
+sent=$(date +%s%N)
+admin ingest "$batch"
 for _ in $(seq 1 60); do
     found="$(curl -fsS "$URL/v1/retrieve" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
         -d "{\"mode\":\"agent_query\",\"query\":\"$fact\",\"max_results\":1}" | grep -c "$fact" || true)"
@@ -23,7 +24,7 @@ for _ in $(seq 1 60); do
     sleep 0.5
 done
 [[ "$found" -gt 0 ]] || { echo "[smoke] the ingested memory was not retrievable" >&2; exit 1; }
-echo "[smoke] the ingested memory is active and retrieved"
+echo "[smoke] the ingested memory is active and retrieved $(( ($(date +%s%N) - sent) / 1000000 )) ms after the send"
 events="$(admin events --wait 2)"
 for kind in memory.created memory.promoted; do
     grep -q "^$kind " <<<"$events" || { echo "[smoke] no $kind event on the local bus" >&2; exit 1; }

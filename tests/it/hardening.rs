@@ -295,3 +295,22 @@ async fn project_id_narrows_within_the_read_scopes_and_is_not_access_control(
     assert!(ids(r.query(ask(with_projects, None)).await.unwrap()).is_empty(), "no project named, none read");
     assert!(ids(r.query(ask(org_only, Some(p))).await.unwrap()).is_empty(), "the read scopes are the access control");
 }
+
+/// Embedder down and the keyword branch failing leave nothing to answer with: 503, not 200 with no memories.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn embedder_down_and_keyword_failing_is_a_503_not_an_empty_answer(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "alpha").embedding(axis(0)).insert(&db).await;
+    let token = sign_local_token(SECRET, &claims(org)).unwrap();
+    // Keyword only (embedder down): still answers.
+    let keyword_only = app(retriever(&db, Arc::new(integration_tests::DownEmbedder), None));
+    let (status, _, body) = call(&keyword_only, &token, "/v1/retrieve", query("alpha")).await;
+    assert_eq!((status, body["degraded"].as_bool()), (StatusCode::OK, Some(true)));
+    // And the keyword branch failing too (a text search configuration that does not exist).
+    let broken =
+        retriever(&db, Arc::new(integration_tests::DownEmbedder), None).with_text_search_config("no_such_config");
+    let (status, headers, _) = call(&app(broken), &token, "/v1/retrieve", query("alpha")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers.contains_key(header::RETRY_AFTER));
+}

@@ -111,13 +111,14 @@ pub async fn gather(
             Vec::new()
         }
     };
+    let ran = usize::from(vector.is_some()) + usize::from(keyword.is_some());
     let vector_rows = ok_rows(vector, "vector_search_failed");
     let keyword_rows = ok_rows(keyword, "keyword_search_failed");
-    if failed == 2 {
-        return Err(crate::Error::Unavailable(format!(
-            "both search branches failed ({})",
-            degraded_reasons.join(", ")
-        )));
+    // No branch answered: every branch that ran failed, and there was something to search with (a failure, or a
+    // vector branch left out for want of an embedding). An empty answer would hide an outage.
+    let vector_missing = settings.run_vector && query.is_none();
+    if failed == ran && (failed > 0 || vector_missing) {
+        return Err(crate::Error::Unavailable(format!("no search branch answered ({})", degraded_reasons.join(", "))));
     }
 
     Ok(CandidateSet { candidates: fuse(vector_rows, keyword_rows, settings.limit), degraded_reasons })
