@@ -1,9 +1,21 @@
 -- What the lifecycle jobs need to keep readership, run exactly once and publish their events.
+--
+-- The data changes below cover every organisation, so the tables they touch stop forcing row-level security on
+-- their owner (this migration's role, which on a managed database has no BYPASSRLS) until they are done.
+ALTER TABLE agent_profile NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_entity NO FORCE ROW LEVEL SECURITY;
 
 -- Every principal of an organisation reads its org-scope memories: read scopes are a hierarchy rooted at 'org'.
 UPDATE agent_profile SET memory_read_scopes = array_prepend('org', memory_read_scopes)
 WHERE NOT 'org' = ANY (memory_read_scopes);
 ALTER TABLE agent_profile ADD CONSTRAINT agent_profile_reads_org CHECK ('org' = ANY (memory_read_scopes));
+
+-- Profiles synthesised before readership partitions could mix readerships: they are retired, and each entity is
+-- synthesised again, per partition, at its next trigger.
+UPDATE memory_entity SET synthesis_memory_id = NULL WHERE synthesis_memory_id IS NOT NULL;
+UPDATE memory SET status = 'archived', archived_at = now(), updated_at = now()
+WHERE memory_type = 'entity_profile' AND status IN ('active', 'candidate');
 
 -- Why the last scan of a file-backed memory could not read its file (NULL when it could).
 ALTER TABLE memory ADD COLUMN file_scan_error text;
@@ -43,9 +55,6 @@ CREATE TABLE memory_entity_profile (
     FOREIGN KEY (organization_id, entity_id) REFERENCES memory_entity (organization_id, id) ON DELETE CASCADE,
     FOREIGN KEY (organization_id, memory_id) REFERENCES memory (organization_id, id)
 );
-INSERT INTO memory_entity_profile (organization_id, entity_id, readership, memory_id, source_digest, source_count)
-SELECT e.organization_id, e.id, 'legacy', e.synthesis_memory_id, '', 0
-FROM memory_entity e WHERE e.synthesis_memory_id IS NOT NULL;
 
 DO $$
 DECLARE
@@ -69,6 +78,10 @@ CREATE INDEX domain_event_outbox_pending ON domain_event_outbox (organization_id
 CREATE TABLE domain_event_outbox_org (
     organization_id uuid PRIMARY KEY
 );
+INSERT INTO domain_event_outbox_org SELECT DISTINCT organization_id FROM memory;
+ALTER TABLE agent_profile FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_entity FORCE ROW LEVEL SECURITY;
 ALTER TABLE domain_event_outbox_org ENABLE ROW LEVEL SECURITY;
 ALTER TABLE domain_event_outbox_org FORCE ROW LEVEL SECURITY;
 -- The list is read across organisations (ids only); a row is added only by its own organisation.
@@ -84,7 +97,6 @@ END
 $$;
 CREATE TRIGGER domain_event_outbox_org_add AFTER INSERT ON domain_event_outbox
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION domain_event_outbox_org_add();
-INSERT INTO domain_event_outbox_org SELECT DISTINCT organization_id FROM domain_event_outbox ON CONFLICT DO NOTHING;
 
 -- BM25 statistics change only when a memory's text does: a status change, a confidence change or a scan stamp
 -- leaves them (and their rows' locks) alone.

@@ -51,7 +51,8 @@ start)
     admin ann-indexes
     local_env
     start retrieve "$CARGO_TARGET_DIR/debug/retrieve"
-    start workers "$CARGO_TARGET_DIR/debug/local-workers"
+    # Without Bedrock the workers run the offline model stand-in (MEMORY_LLM=offline).
+    MEMORY_LLM="${MEMORY_WORKERS_LLM:-offline}" start workers "$CARGO_TARGET_DIR/debug/local-workers"
     for _ in $(seq 1 150); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
     curl -fsS "$URL/healthz" >/dev/null || { echo "[run] server did not come up; see .local/retrieve.log" >&2; exit 1; }
     running workers || { echo "[run] workers did not start; see .local/workers.log" >&2; exit 1; }

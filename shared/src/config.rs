@@ -122,6 +122,8 @@ impl LlmConfig {
 /// Tunables of the retrieval pipeline; the defaults are the spec's values.
 #[derive(Debug, Clone)]
 pub struct RetrievalConfig {
+    /// The Stage 4 formula (`MEMORY_RANKING`: `spec` or `relevance`).
+    pub ranking: crate::retrieval::ranking::RankingFormula,
     pub weights: RankingWeights,
     /// Stage 1 candidate count (nearest neighbours and keyword matches, fused).
     pub candidate_limit: usize,
@@ -146,6 +148,7 @@ pub struct RetrievalConfig {
 impl Default for RetrievalConfig {
     fn default() -> Self {
         Self {
+            ranking: Default::default(),
             weights: RankingWeights::default(),
             candidate_limit: 500,
             branch_depth: 50,
@@ -164,6 +167,7 @@ impl RetrievalConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
+            ranking: parsed_or("MEMORY_RANKING", d.ranking)?,
             weights: RankingWeights {
                 cosine: parsed_or("MEMORY_RANK_WEIGHT_COSINE", d.weights.cosine)?,
                 recency: parsed_or("MEMORY_RANK_WEIGHT_RECENCY", d.weights.recency)?,

@@ -538,3 +538,46 @@ mod statistics {
         assert_ne!(corpus_rows(&db, org).await, before, "a new text is counted");
     }
 }
+
+mod file_baseline {
+    use super::*;
+
+    /// An ingested file-backed memory is usually a passage of its file: its first scan records the file's hash as
+    /// the baseline instead of replacing the passage with the whole file; a later change replaces it.
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn the_first_scan_of_an_ingested_file_memory_records_a_baseline(opts: PgPoolOptions, conn: PgConnectOptions) {
+        let db = Db::new(opts, conn).await;
+        let org = Uuid::now_v7();
+        let project = Uuid::now_v7();
+        let root = std::env::temp_dir().join(format!("baseline-{}", Uuid::now_v7()));
+        let repository = root.join(org.to_string()).join(project.to_string());
+        std::fs::create_dir_all(&repository).unwrap();
+        std::fs::write(repository.join("release.md"), "# Releases\n\nReleases are cut on Thursdays.\n").unwrap();
+        let passage = "Releases are cut on Thursdays.";
+        let batch: memory_core::ingest::IngestBatch = serde_json::from_value(serde_json::json!({
+            "organization_id": org, "batch_id": "b", "memories": [{
+                "content": passage, "memory_type": "semantic", "scope": "project", "project_id": project,
+                "file_path": "release.md",
+                "provenance": {"source_kind": "file", "source_ref": "release.md", "trust_level": "unverified"}}]
+        }))
+        .unwrap();
+        let embedder = Arc::new(integration_tests::FixedEmbedder::default().with(passage, axis(0)));
+        let id = memory_core::ingest::Ingestor::new(db.app.clone(), embedder)
+            .ingest(&batch, memory_core::ingest::Admission::Active)
+            .await
+            .unwrap()
+            .memory_ids[0];
+
+        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)), None);
+        let report = scanner.scan(&db.app, org).await.unwrap();
+        assert_eq!((report.unchanged, report.updated), (1, 0));
+        let after = reload(&db, org, id).await;
+        assert_eq!((after.status, after.content.as_str()), (MemoryStatus::Active, passage));
+        assert!(after.content_hash.is_some() && after.last_verified_at.is_some());
+
+        std::fs::write(repository.join("release.md"), "# Releases\n\nReleases are cut on Mondays.\n").unwrap();
+        assert_eq!(scanner.scan(&db.app, org).await.unwrap().updated, 1);
+        assert_eq!(reload(&db, org, id).await.status, MemoryStatus::Superseded);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}

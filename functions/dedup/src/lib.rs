@@ -9,6 +9,9 @@ use memory_core::{
 };
 use uuid::Uuid;
 
+/// Model calls one `memory_dedup_review` message without pairs may spend on deferred pairs.
+const DEFERRED_CALLS_PER_MESSAGE: usize = 5;
+
 pub struct Worker {
     pool: PgPool,
     deduper: Deduper,
@@ -34,7 +37,12 @@ impl sqs_worker::JobHandler for Worker {
     async fn handle(&self, job: DedupReviewJob) -> anyhow::Result<()> {
         JobType::MemoryDedupReview.expect(job.job_type)?;
         if job.pairs.is_empty() {
-            self.deduper.review_deferred(&self.pool, job.organization_id).await?;
+            // One message drains up to five model calls' worth of deferred pairs; what is left waits for the next.
+            for _ in 0..DEFERRED_CALLS_PER_MESSAGE {
+                if self.deduper.review_deferred(&self.pool, job.organization_id).await? == 0 {
+                    break;
+                }
+            }
         } else {
             let pairs: Vec<DedupPair> = job.pairs.iter().map(|p| DedupPair { a: p.a, b: p.b }).collect();
             self.deduper.review_cluster(&self.pool, job.organization_id, &pairs).await?;

@@ -116,10 +116,17 @@ impl JobSink for SqsJobSink {
                         .build()
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let output = self.client.send_message_batch().queue_url(url).set_entries(Some(entries)).send().await?;
-            for ok in output.successful() {
-                if let Ok(i) = ok.id().parse::<usize>() {
-                    taken[i] = true;
+            // One queue failing leaves the others' jobs sent (and marked): it only keeps its own waiting.
+            match self.client.send_message_batch().queue_url(url).set_entries(Some(entries)).send().await {
+                Ok(output) => {
+                    for ok in output.successful() {
+                        if let Ok(i) = ok.id().parse::<usize>() {
+                            taken[i] = true;
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&error), "jobs left in the outbox")
                 }
             }
         }
@@ -135,8 +142,11 @@ pub async fn sdk_config() -> SdkConfig {
 }
 
 /// The relay over `pool`, publishing to the configured bus and queues.
+/// Jobs are sent only by a function given queues (the ingest worker and the scheduler; a worker that queues no
+/// job is not given any).
 pub async fn relay_from_env(pool: PgPool) -> anyhow::Result<OutboxRelay> {
     let sdk = sdk_config().await;
-    Ok(OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env(&sdk)?))
-        .with_jobs(Arc::new(SqsJobSink::from_env(&sdk))))
+    let relay = OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env(&sdk)?));
+    let jobs = SqsJobSink::from_env(&sdk);
+    Ok(if jobs.queues.is_empty() { relay } else { relay.with_jobs(Arc::new(jobs)) })
 }

@@ -83,14 +83,17 @@ impl From<memory_core::Error> for ApiError {
     }
 }
 
-/// Whether a database error means the database (or the connection to it) is down, not that the request was bad:
-/// no connection in time, a refused or broken connection, a backend terminated by an administrator, or the
-/// server shutting down or not accepting connections (SQLSTATE classes 08 and 57P).
+/// Whether a database error means the database (or the connection to it) is down or overloaded, not that the
+/// request was bad: no connection in time, a refused or broken connection, a backend terminated or the server
+/// shutting down (SQLSTATE 08, 57P), too many connections or out of resources (53), a statement or lock timeout
+/// (57014, 55P03).
 pub(crate) fn database_unavailable(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
         sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "57014" || c == "55P03"
+        }),
         _ => false,
     }
 }

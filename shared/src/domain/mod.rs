@@ -179,10 +179,48 @@ impl NewMemory {
             scope: memory.scope,
             sensitivity: memory.sensitivity,
             confidence: memory.confidence,
+            expires_at: memory.expires_at,
             file_path: memory.file_path.clone(),
             tags: memory.tags.clone(),
             labels: memory.labels.clone(),
             ..Self::new(memory.organization_id, memory.memory_type, content)
+        }
+    }
+}
+
+#[cfg(test)]
+impl Memory {
+    /// An active org-wide semantic memory with neutral values, for unit tests.
+    pub(crate) fn test_fixture() -> Self {
+        let new = NewMemory::new(Uuid::nil(), MemoryType::Semantic, "a memory");
+        let now = chrono::Utc::now();
+        Self {
+            id: Uuid::nil(),
+            organization_id: Uuid::nil(),
+            project_id: None,
+            project_task_id: None,
+            agent_id: None,
+            scope: new.scope,
+            memory_type: new.memory_type,
+            status: new.status,
+            sensitivity: new.sensitivity,
+            content: new.content,
+            confidence: new.confidence,
+            created_at: now,
+            updated_at: now,
+            last_verified_at: None,
+            expires_at: None,
+            superseded_by: None,
+            superseded_at: None,
+            archived_at: None,
+            file_backed: false,
+            file_path: None,
+            content_hash: None,
+            file_last_scanned_at: None,
+            file_scan_error: None,
+            provenance: new.provenance,
+            tags: Vec::new(),
+            labels: serde_json::json!({}),
         }
     }
 }

@@ -47,6 +47,8 @@ impl Readership {
             Scope::Task => task_id,
             Scope::Org | Scope::AgentPrivate => None,
         };
+        // Everyone reads org memories, so the author of one adds no reader.
+        let agent_id = if scope == Scope::Org { None } else { agent_id };
         Self { scope, owner, agent_id, sensitivity }
     }
 
@@ -140,6 +142,10 @@ mod tests {
         Readership { scope, owner, agent_id: agent, sensitivity }
     }
 
+    fn memory_of(scope: Scope) -> Memory {
+        Memory { scope, ..Memory::test_fixture() }
+    }
+
     #[test]
     fn org_reaches_everything_of_its_sensitivity_and_nothing_narrower_reaches_org() {
         let (p, x) = (Some(Uuid::now_v7()), Some(Uuid::now_v7()));
@@ -152,6 +158,8 @@ mod tests {
         }
         // Everyone reads org memories, so who wrote one does not narrow its readers.
         assert!(org.same_readers(&r(Scope::Org, None, x, Sensitivity::Normal)));
+        let authored = Memory { agent_id: x, ..memory_of(Scope::Org) };
+        assert_eq!(Readership::of(&authored), org);
         assert!(!r(Scope::Org, None, None, Sensitivity::Restricted).reaches(&org));
     }
 

@@ -102,33 +102,45 @@ impl Ingestor {
         if let Some(memory_ids) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id).await? {
             return Ok(replayed(memory_ids));
         }
+        // The batch's entities and taxonomy nodes first, in one sorted pass: without row locks on existing ones,
+        // so concurrent batches naming the same entities neither queue nor deadlock.
+        let mut entity_ids: BTreeMap<(String, String), Uuid> =
+            checked.iter().flat_map(|c| c.entities.iter().cloned()).map(|k| (k, Uuid::nil())).collect();
+        for ((kind, name), id) in entity_ids.iter_mut() {
+            *id = store::entities::ensure(&mut tx, org, kind, name).await?;
+        }
+        let mut node_ids: BTreeMap<Vec<String>, Uuid> =
+            checked.iter().flat_map(|c| c.taxonomy.iter().cloned()).map(|p| (p, Uuid::nil())).collect();
+        for (path, id) in node_ids.iter_mut() {
+            *id = store::taxonomy::ensure_path(&mut tx, org, path).await?;
+        }
         let mut receipt = IngestReceipt { memory_ids: Vec::new(), created: 0, duplicates: 0, replayed: false };
         let mut mentions: BTreeMap<Uuid, i64> = BTreeMap::new();
         let mut near_duplicates = false;
         for (Checked { mut new, taxonomy, entities }, vector) in checked.into_iter().zip(vectors) {
-            let hash = content_hash(new.content.as_bytes());
             let readership = Readership::of_new(&new);
-            if let Some(existing) = store::ingest::find_duplicate(&mut tx, org, &hash, &readership).await? {
-                receipt.memory_ids.push(existing);
-                receipt.duplicates += 1;
-                continue;
+            // A file-backed memory's content_hash is its file's, set by its first scan; others carry their text's,
+            // which finds exact duplicates.
+            if new.file_path.is_none() {
+                let hash = content_hash(new.content.as_bytes());
+                if let Some(existing) = store::ingest::find_duplicate(&mut tx, org, &hash, &readership).await? {
+                    receipt.memory_ids.push(existing);
+                    receipt.duplicates += 1;
+                    continue;
+                }
+                new.content_hash = Some(hash);
             }
-            new.content_hash = Some(hash);
             new.embedding = Some(vector);
             new.status = match admission {
                 Admission::Candidate => MemoryStatus::Candidate,
                 Admission::Active => MemoryStatus::Active,
             };
             let memory = transitions::create(&mut tx, &new, &[]).await?;
-            for path in taxonomy {
-                let mut parent = None;
-                for name in &path {
-                    parent = Some(store::taxonomy::upsert_node(&mut *tx, org, parent, name).await?);
-                }
-                store::taxonomy::tag(&mut *tx, org, memory.id, parent.expect("a checked path has a node")).await?;
+            for path in &taxonomy {
+                store::taxonomy::tag(&mut *tx, org, memory.id, node_ids[path]).await?;
             }
-            for (kind, name) in entities {
-                let entity = store::entities::upsert(&mut *tx, org, &kind, &name).await?;
+            for key in entities {
+                let entity = entity_ids[&key];
                 if store::entities::add_mention(&mut *tx, org, entity, memory.id).await? {
                     *mentions.entry(entity).or_default() += 1;
                 }

@@ -85,7 +85,11 @@ impl ContradictionDetector {
         let relations = if candidates.is_empty() { Vec::new() } else { self.classify(&new, &candidates).await? };
 
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let Some(new) = transitions::lock(&mut tx, organization_id, &[memory_id]).await?.pop() else {
+        // Every row this check may change, locked at once in id order (as every job locks), so two checks or a
+        // dedup review of the same memories never deadlock.
+        let ids: Vec<Uuid> = std::iter::once(memory_id).chain(candidates.iter().map(|c| c.memory.id)).collect();
+        let locked = transitions::lock(&mut tx, organization_id, &ids).await?;
+        let Some(new) = locked.iter().find(|m| m.id == memory_id).cloned() else {
             return Err(crate::Error::NotFound { kind: "memory", id: memory_id });
         };
         if !matches!(new.status, MemoryStatus::Candidate | MemoryStatus::Active) {
@@ -99,26 +103,27 @@ impl ContradictionDetector {
             if !first_review || relation != "contradictory" {
                 continue;
             }
-            let Some(existing) = transitions::lock(&mut tx, organization_id, &[candidate.memory.id]).await?.pop()
-            else {
-                continue;
-            };
+            let Some(existing) = locked.iter().find(|m| m.id == candidate.memory.id) else { continue };
             if existing.status != MemoryStatus::Active {
                 continue;
             }
             if new.confidence > SUPERSEDE_CONFIDENCE {
-                match forbids_replacing(&new, &existing) {
+                match forbids_replacing(&new, existing) {
                     None => {
                         transitions::supersede(&mut tx, organization_id, existing.id, new.id, "contradicted").await?
                     }
-                    Some(why) => hold(&mut tx, "supersede", &existing, &new, &why).await?,
+                    Some(why) => hold(&mut tx, "supersede", existing, &new, &why).await?,
                 }
             } else {
-                match forbids_lowering(&new, &existing) {
-                    None => lower(&mut tx, &existing).await?,
-                    Some(why) => hold(&mut tx, "lower_confidence", &existing, &new, &why).await?,
+                match forbids_lowering(&new, existing) {
+                    None => lower(&mut tx, existing).await?,
+                    Some(why) => hold(&mut tx, "lower_confidence", existing, &new, &why).await?,
                 }
-                new_confidence -= PENALTY;
+                // The new memory pays too, but only for a memory that all its readers could read: its confidence
+                // must not reveal a memory hidden from them.
+                if forbids_lowering(existing, &new).is_none() {
+                    new_confidence -= PENALTY;
+                }
             }
             contradicted.push(candidate.memory.clone());
         }

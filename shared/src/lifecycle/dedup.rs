@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::Models;
+use super::{Models, earliest};
 use crate::{
     domain::{
         DedupDecision, Memory, NewMemory, Readership, SourceKind,
@@ -248,6 +248,7 @@ impl Deduper {
             .await?;
         let mut new = NewMemory::replacing(a, content.trim());
         new.confidence = a.confidence.max(b.confidence);
+        new.expires_at = earliest([a.expires_at, b.expires_at]);
         new.file_path = None;
         new.provenance.source_kind = SourceKind::Merge;
         new.provenance.source_ref = Some(format!("merge:{},{}", a.id, b.id));

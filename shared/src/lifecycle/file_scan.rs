@@ -1,6 +1,7 @@
 //! The file-backed freshness scan: memories whose content comes from a file in a project's repository are
 //! re-read; a changed file yields a new memory that supersedes the old one (and keeps its taxonomy tags and
-//! entity mentions), a deleted file archives it, an unchanged file marks it verified, and a file that cannot be
+//! entity mentions), a deleted file archives it, an unchanged file marks it verified, a memory without a file hash
+//! yet (as ingested) takes the file's hash as its baseline, and a file that cannot be
 //! read (refused, too large, an I/O error) is recorded on the memory. Every scanned row records when it was
 //! scanned; only a database failure fails the scan.
 
@@ -186,6 +187,8 @@ pub fn content_hash(bytes: &[u8]) -> String {
 /// What a scan found for one memory.
 enum Outcome {
     Unchanged,
+    /// The first read of the file of a memory with no file hash yet.
+    Baseline(String),
     Changed(Box<NewMemory>),
     Deleted,
     Unreadable(String),
@@ -221,7 +224,7 @@ impl FileScanner {
             report.scanned += 1;
             let outcome = self.examine(&memory).await?;
             match &outcome {
-                Outcome::Unchanged => report.unchanged += 1,
+                Outcome::Unchanged | Outcome::Baseline(_) => report.unchanged += 1,
                 Outcome::Changed(_) => report.updated += 1,
                 Outcome::Deleted => report.archived += 1,
                 Outcome::Unreadable(why) => {
@@ -243,6 +246,9 @@ impl FileScanner {
         };
         Ok(match self.reader.read(memory.organization_id, project_id, path).await {
             Ok(None) => Outcome::Deleted,
+            // No file hash yet (an ingested memory, often a passage or a summary of its file): this read is the
+            // baseline that later scans compare with.
+            Ok(Some(bytes)) if memory.content_hash.is_none() => Outcome::Baseline(content_hash(&bytes)),
             Ok(Some(bytes)) if memory.content_hash.as_deref() == Some(content_hash(&bytes).as_str()) => {
                 Outcome::Unchanged
             }
@@ -269,6 +275,10 @@ impl FileScanner {
         let now = Utc::now();
         match outcome {
             Outcome::Unchanged => {
+                store::memories::record_scan(&mut *tx, org, memory.id, now, true, None).await?;
+            }
+            Outcome::Baseline(hash) => {
+                store::memories::set_file_hash(&mut *tx, org, memory.id, &hash).await?;
                 store::memories::record_scan(&mut *tx, org, memory.id, now, true, None).await?;
             }
             Outcome::Changed(new) => {

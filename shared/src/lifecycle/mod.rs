@@ -55,6 +55,13 @@ impl Models {
     }
 }
 
+/// The earliest of some expiry times (None: none expires): derived content expires with its first source.
+pub(crate) fn earliest(
+    expiries: impl IntoIterator<Item = Option<chrono::DateTime<chrono::Utc>>>,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    expiries.into_iter().flatten().min()
+}
+
 /// Embeds `text` within `timeout`; None without an embedder.
 pub(crate) async fn embed_within(
     embedder: Option<&dyn Embedder>,

@@ -21,7 +21,7 @@ use crate::{
 /// Events per claim and per publish call (EventBridge's PutEvents limit).
 pub const BATCH: i64 = 10;
 /// Publish attempts per batch for entries the bus refused.
-const ATTEMPTS: usize = 3;
+const ATTEMPTS: usize = 2;
 
 /// Where events go.
 #[async_trait]
@@ -78,7 +78,7 @@ impl OutboxRelay {
     async fn flush_jobs(&self, jobs: &dyn JobSink, organization_id: Uuid) -> crate::Result<usize> {
         let mut sent = 0;
         loop {
-            let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+            let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let batch = store::jobs::claim_unsent(&mut tx, organization_id, BATCH).await?;
             if batch.is_empty() {
                 tx.commit().await?;
@@ -109,7 +109,7 @@ impl OutboxRelay {
     async fn flush_events(&self, organization_id: Uuid) -> crate::Result<usize> {
         let mut published = 0;
         loop {
-            let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+            let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let events = store::outbox::claim_unpublished(&mut tx, organization_id, BATCH).await?;
             if events.is_empty() {
                 tx.commit().await?;

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::Models;
+use super::{Models, earliest};
 use crate::{
     domain::{EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind, readership::derived_trust},
     embed::Embedder,
@@ -122,7 +122,9 @@ impl EntitySynthesizer {
             .await?
             .ok_or(crate::Error::NotFound { kind: "entity", id: entity_id })?;
         let sources_now = store::entities::active_mentioning(&mut *tx, organization_id, entity_id).await?;
-        let digests_now: Vec<String> = partitions(&sources_now).into_iter().map(|p| p.digest).collect();
+        let partitions_now = partitions(&sources_now);
+        let digests_now: Vec<String> = partitions_now.iter().map(|p| p.digest.clone()).collect();
+        let keys_now: Vec<String> = partitions_now.iter().map(|p| p.readership.to_string()).collect();
         let current = store::entities::partition_profiles(&mut *tx, organization_id, entity_id).await?;
         let mut written = 0;
         for (partition, profile) in prepared {
@@ -162,6 +164,17 @@ impl EntitySynthesizer {
             });
             store::outbox::append(&mut *tx, organization_id, "entity.synthesized", payload).await?;
             written += 1;
+        }
+        // A partition whose sources are all gone (superseded, archived, expired) keeps no profile.
+        for stale in current.iter().filter(|p| !keys_now.contains(&p.readership)) {
+            let still_current = transitions::lock(&mut tx, organization_id, &[stale.memory_id])
+                .await?
+                .pop()
+                .is_some_and(|m| m.status == crate::domain::MemoryStatus::Active);
+            if still_current {
+                transitions::archive(&mut tx, organization_id, stale.memory_id, "sources_gone").await?;
+            }
+            store::entities::remove_partition_profile(&mut *tx, organization_id, entity_id, &stale.readership).await?;
         }
         let profiles = current_profiles(&mut tx, organization_id, &entity).await?;
         if let Some(primary) = profiles.first().map(|p| p.profile.id)
@@ -226,6 +239,7 @@ fn profile_memory(partition: &Partition, entity_id: Uuid, summary: &str) -> NewM
     new.provenance.source_kind = SourceKind::Synthesis;
     new.provenance.source_ref = Some(format!("entity:{entity_id}"));
     new.provenance.trust_level = derived_trust(partition.sources.iter().map(|m| m.provenance.trust_level));
+    new.expires_at = earliest(partition.sources.iter().map(|m| m.expires_at));
     new.file_path = None;
     new.tags = Vec::new();
     new.labels = serde_json::json!({});

@@ -97,17 +97,19 @@ impl Retriever {
         let everything: Vec<&Candidate> = candidates.iter().collect();
         let mut fallback_used = false;
         let mut ranked = if classified.is_empty() {
-            ranking::rank(&self.config.weights, &everything, as_of, request.max_results)
+            ranking::rank(self.config.ranking, &self.config.weights, &everything, as_of, request.max_results)
         } else {
             let subtree = taxonomy.subtree(&classified);
             let in_subtree: Vec<&Candidate> =
                 candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
             let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
-                .then(|| ranking::rank(&self.config.weights, &in_subtree, as_of, request.max_results))
+                .then(|| {
+                    ranking::rank(self.config.ranking, &self.config.weights, &in_subtree, as_of, request.max_results)
+                })
                 .filter(|r| r.first().is_some_and(|top| top.score >= self.config.min_top_score));
             ranked.unwrap_or_else(|| {
                 fallback_used = true;
-                ranking::rank(&self.config.weights, &everything, as_of, request.max_results)
+                ranking::rank(self.config.ranking, &self.config.weights, &everything, as_of, request.max_results)
             })
         };
 

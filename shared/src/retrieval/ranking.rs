@@ -20,6 +20,38 @@ impl Default for RankingWeights {
     }
 }
 
+/// Which Stage 4 formula ranks the candidates (`MEMORY_RANKING`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankingFormula {
+    /// The spec's composite: cosine × 0.5 + recency × 0.3 + confidence × 0.2 (the weights configurable).
+    #[default]
+    Spec,
+    /// Relevance from both branches (their reciprocal-rank fusion, scaled to [0, 1]: 1 for the first hit of both,
+    /// 0.5 for the first of one), nudged by at most ±[`NUDGE`] for recency and confidence, so they order memories
+    /// of similar relevance but never bury the relevant one.
+    Relevance,
+}
+
+impl std::str::FromStr for RankingFormula {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "spec" => Ok(Self::Spec),
+            "relevance" => Ok(Self::Relevance),
+            other => Err(format!("expected spec or relevance, not {other:?}")),
+        }
+    }
+}
+
+/// The largest share of a memory's relevance that recency and confidence move, together.
+pub const NUDGE: f64 = 0.1;
+
+/// Relevance in [0, 1] from a candidate's reciprocal-rank fusion score.
+pub fn fused_relevance(rrf: f64) -> f64 {
+    (rrf * (super::fusion::RRF_K + 1.0) / 2.0).min(1.0)
+}
+
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
 pub fn half_life_days(memory_type: MemoryType) -> f64 {
     match memory_type {
@@ -42,6 +74,7 @@ pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence
 /// The best `limit` candidates by composite score, best first, ties broken by id so equal inputs give equal
 /// order. Without a query embedding the keyword score stands in for the cosine.
 pub fn rank(
+    formula: RankingFormula,
     weights: &RankingWeights,
     candidates: &[&Candidate],
     as_of: DateTime<Utc>,
@@ -50,9 +83,19 @@ pub fn rank(
     let mut scored: Vec<(f64, &Candidate)> = candidates
         .iter()
         .map(|c| {
-            let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
             let recency = recency(c.memory.created_at, as_of, c.memory.memory_type);
-            (composite(weights, similarity, recency, c.memory.confidence), *c)
+            let score = match formula {
+                RankingFormula::Spec => {
+                    let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
+                    composite(weights, similarity, recency, c.memory.confidence)
+                }
+                RankingFormula::Relevance => {
+                    let (r, f) = (weights.recency, weights.confidence);
+                    let share = if r + f > 0.0 { (r * recency + f * c.memory.confidence) / (r + f) } else { 0.5 };
+                    fused_relevance(c.rrf) * (1.0 - NUDGE + NUDGE * share)
+                }
+            };
+            (score, *c)
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
@@ -99,5 +142,37 @@ mod tests {
         let r = recency(now - Duration::days(60), now, MemoryType::Episodic); // two half-lives: 0.25
         let score = composite(&RankingWeights::default(), 0.9, r, 0.5);
         assert!((score - (0.45 + 0.075 + 0.1)).abs() < 0.001, "{score}");
+    }
+
+    #[test]
+    fn the_relevance_formula_lets_recency_order_near_ties_but_never_bury_the_relevant_one() {
+        let now = Utc::now();
+        let candidate = |rrf: f64, age_days: i64| {
+            let mut memory = crate::domain::Memory::test_fixture();
+            memory.id = uuid::Uuid::now_v7();
+            memory.created_at = now - Duration::days(age_days);
+            Candidate {
+                memory,
+                cosine_sim: Some(0.5),
+                keyword_score: None,
+                taxonomy_node_ids: Vec::new(),
+                mentions_profiled_entity: false,
+                vector_rank: None,
+                keyword_rank: None,
+                rrf,
+            }
+        };
+        // First in both branches but eight months old, against a week-old memory ranked tenth in one branch.
+        let answer = candidate(2.0 / 61.0, 240);
+        let recent = candidate(1.0 / 70.0, 7);
+        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&recent, &answer], now, 2);
+        assert_eq!(ranked[0].memory.id, answer.memory.id);
+        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&recent, &answer], now, 2);
+        assert_eq!(spec[0].memory.id, recent.memory.id, "the spec formula lets recency decide here");
+        // Near ties: the newer one first.
+        let (old, new) = (candidate(1.0 / 61.0, 240), candidate(1.0 / 61.5, 7));
+        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&old, &new], now, 2);
+        assert_eq!(ranked[0].memory.id, new.memory.id);
+        assert!(ranked.iter().all(|r| (0.0..=1.0).contains(&r.score)));
     }
 }

@@ -28,6 +28,7 @@ pub async fn unreviewed_candidates(
         "SELECT {MEMORY_COLUMNS}, 1 - (m.embedding <=> n.embedding) AS cosine_sim \
          FROM memory n JOIN memory m ON m.organization_id = n.organization_id \
          WHERE n.organization_id = $1 AND n.id = $2 AND m.status = 'active' AND m.memory_type <> 'entity_profile' \
+           AND (m.expires_at IS NULL OR m.expires_at > now()) \
            AND m.id IN (SELECT b.memory_id FROM memory_entity_mention a JOIN memory_entity_mention b \
                           ON b.organization_id = a.organization_id AND b.entity_id = a.entity_id \
                         WHERE a.organization_id = $1 AND a.memory_id = $2 AND b.memory_id <> $2) \

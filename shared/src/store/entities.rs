@@ -25,6 +25,39 @@ pub async fn upsert(
     .await
 }
 
+/// The entity of this kind and name, created when missing. Unlike [`upsert`] it leaves an existing row
+/// unlocked, so concurrent ingests that mention the same entity do not queue on it.
+pub async fn ensure(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    entity_type: &str,
+    name: &str,
+) -> sqlx::Result<Uuid> {
+    let inserted: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO memory_entity (organization_id, id, entity_type, name) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id, entity_type, name) DO NOTHING RETURNING id",
+    )
+    .bind(organization_id)
+    .bind(Uuid::now_v7())
+    .bind(entity_type)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match inserted {
+        Some(id) => Ok(id),
+        None => {
+            sqlx::query_scalar(
+                "SELECT id FROM memory_entity WHERE organization_id = $1 AND entity_type = $2 AND name = $3",
+            )
+            .bind(organization_id)
+            .bind(entity_type)
+            .bind(name)
+            .fetch_one(conn)
+            .await
+        }
+    }
+}
+
 pub async fn get(executor: impl PgExecutor<'_>, organization_id: Uuid, id: Uuid) -> sqlx::Result<Option<Entity>> {
     sqlx::query_as(
         "SELECT id, organization_id, name, entity_type, synthesis_memory_id FROM memory_entity \
@@ -73,7 +106,7 @@ pub async fn active_mentioning(
         "SELECT {MEMORY_COLUMNS} FROM memory_entity_mention e JOIN memory m \
              ON m.organization_id = e.organization_id AND m.id = e.memory_id \
          WHERE e.organization_id = $1 AND e.entity_id = $2 AND m.status = 'active' \
-           AND m.memory_type <> 'entity_profile' \
+           AND (m.expires_at IS NULL OR m.expires_at > now()) AND m.memory_type <> 'entity_profile' \
          ORDER BY m.created_at, m.id"
     );
     sqlx::query_as(&sql).bind(organization_id).bind(entity_id).fetch_all(executor).await
@@ -138,6 +171,22 @@ pub async fn set_partition_profile(
     .execute(executor)
     .await
     .map(|r| r.rows_affected())
+}
+
+/// Forgets the profile of a partition that has no sources left.
+pub async fn remove_partition_profile(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+    readership: &str,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM memory_entity_profile WHERE organization_id = $1 AND entity_id = $2 AND readership = $3")
+        .bind(organization_id)
+        .bind(entity_id)
+        .bind(readership)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
 }
 
 /// Points an entity at its current synthesised profile.

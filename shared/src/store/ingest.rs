@@ -24,15 +24,7 @@ pub async fn reserve_batch(
     .await?
     .rows_affected()
         == 1;
-    if reserved {
-        return Ok(None);
-    }
-    sqlx::query_scalar("SELECT memory_ids FROM memory_ingest_batch WHERE organization_id = $1 AND batch_id = $2")
-        .bind(organization_id)
-        .bind(batch_id)
-        .fetch_one(conn)
-        .await
-        .map(Some)
+    if reserved { Ok(None) } else { batch_ids(conn, organization_id, batch_id).await }
 }
 
 /// The ids of a batch ingested before, without reserving it.
@@ -76,7 +68,9 @@ fn push_readership(qb: &mut QueryBuilder<'_, sqlx::Postgres>, readership: &Reade
         }
         crate::domain::Scope::Org | crate::domain::Scope::AgentPrivate => {}
     }
-    qb.push(" AND m.agent_id IS NOT DISTINCT FROM ").push_bind(readership.agent_id);
+    if readership.scope != crate::domain::Scope::Org {
+        qb.push(" AND m.agent_id IS NOT DISTINCT FROM ").push_bind(readership.agent_id);
+    }
     qb.push(" AND m.sensitivity = ").push_bind(readership.sensitivity);
 }
 
@@ -91,14 +85,15 @@ pub async fn find_duplicate(
     qb.push_bind(organization_id)
         .push(" AND m.content_hash = ")
         .push_bind(content_hash.to_string())
-        .push(" AND m.status IN ('candidate', 'active')");
+        .push(" AND m.status IN ('candidate', 'active') AND (m.expires_at IS NULL OR m.expires_at > now())");
     push_readership(&mut qb, readership);
     qb.push(" ORDER BY m.id LIMIT 1");
     qb.build_query_scalar().fetch_optional(conn).await
 }
 
-/// Active memories of the same readership whose cosine similarity to `embedding` is at least `min_cosine`, most
-/// similar first.
+/// Current (candidate or active), unexpired memories of the same readership whose cosine similarity to
+/// `embedding` is at least `min_cosine`, most similar first. A pair with a candidate waits for the reviewer until
+/// both are active.
 pub async fn near_duplicates(
     conn: &mut PgConnection,
     organization_id: Uuid,
@@ -113,7 +108,10 @@ pub async fn near_duplicates(
     qb.push_bind(vector.clone())
         .push(") AS cosine FROM memory m WHERE m.organization_id = ")
         .push_bind(organization_id)
-        .push(" AND m.status = 'active' AND m.embedding IS NOT NULL AND m.id <> ")
+        .push(
+            " AND m.status IN ('candidate', 'active') AND (m.expires_at IS NULL OR m.expires_at > now()) \
+             AND m.embedding IS NOT NULL AND m.id <> ",
+        )
         .push_bind(memory_id);
     push_readership(&mut qb, readership);
     qb.push(" ORDER BY m.embedding <=> ")

@@ -86,6 +86,22 @@ pub async fn file_backed_by_project(
     .await
 }
 
+/// Sets the hash of a file-backed memory's file (its first scan's baseline).
+pub async fn set_file_hash(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+    hash: &str,
+) -> sqlx::Result<u64> {
+    sqlx::query("UPDATE memory SET content_hash = $3 WHERE organization_id = $1 AND id = $2")
+        .bind(organization_id)
+        .bind(id)
+        .bind(hash)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
+}
+
 /// Records a scan of a file-backed memory at `at`: `verified` when its file was read and found unchanged, and
 /// why the file could not be read (None clears an earlier error).
 pub async fn record_scan(

@@ -54,6 +54,13 @@ fn literal(value: impl std::fmt::Display) -> String {
     format!("'{value}'")
 }
 
+/// Like [`begin_for_org`], for the outbox relay, which holds its claimed rows while the bus or a queue answers:
+/// the role's 10 s idle-in-transaction limit is raised to a minute for this transaction only (the AWS clients give
+/// up on a call after 5 s).
+pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<Transaction<'static, Postgres>> {
+    begin_with_settings(pool, organization_id, &[("idle_in_transaction_session_timeout", literal("60s"))]).await
+}
+
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
 /// `ef_search` rows; custom plans only, because the right plan depends on the organisation and a cached generic
 /// plan cannot know it; a tenant with its own partial HNSW index (`memory-admin ann-indexes`, see [`ann`]) is

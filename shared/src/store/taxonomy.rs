@@ -1,6 +1,6 @@
 //! The taxonomy tree and memory tags.
 
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use crate::domain::TaxonomyNode;
@@ -11,6 +11,38 @@ pub async fn nodes(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx
         .bind(organization_id)
         .fetch_all(executor)
         .await
+}
+
+/// The node at this path (names from the root), created where missing without locking existing nodes.
+pub async fn ensure_path(conn: &mut PgConnection, organization_id: Uuid, path: &[String]) -> sqlx::Result<Uuid> {
+    let mut parent: Option<Uuid> = None;
+    for name in path {
+        let inserted: Option<Uuid> = sqlx::query_scalar(
+            "INSERT INTO memory_taxonomy_node (organization_id, id, parent_id, name) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (organization_id, parent_id, name) DO NOTHING RETURNING id",
+        )
+        .bind(organization_id)
+        .bind(Uuid::now_v7())
+        .bind(parent)
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+        parent = Some(match inserted {
+            Some(id) => id,
+            None => {
+                sqlx::query_scalar(
+                    "SELECT id FROM memory_taxonomy_node \
+                     WHERE organization_id = $1 AND parent_id IS NOT DISTINCT FROM $2 AND name = $3",
+                )
+                .bind(organization_id)
+                .bind(parent)
+                .bind(name)
+                .fetch_one(&mut *conn)
+                .await?
+            }
+        });
+    }
+    Ok(parent.expect("a path has at least one name"))
 }
 
 /// Adds a node (or returns the existing one with that parent and name).

@@ -1,8 +1,8 @@
 //! local-workers: a deployment's workers on one machine, for `make run`. One long-polling loop per queue of the
 //! local stack hands each batch to the same handler as the Lambda function: a message it applied is deleted, a
 //! message it failed is left to come back after its visibility timeout (and the queue moves it to its DLQ after
-//! five receives). The outboxes are swept every few seconds. Without a language model (`MEMORY_LLM=none`) the
-//! workers use the offline stand-in, which finds no contradiction and keeps near-duplicates.
+//! five receives). The outboxes are swept every few seconds. Locally the workers' model is the offline stand-in
+//! (`MEMORY_LLM=offline`, set by `make run`), or Bedrock when configured.
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,9 +11,8 @@ use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use memory_core::{
     jobs::JobType,
     lifecycle::{
-        Models, contradiction::ContradictionDetector, dedup::Deduper, outbox::OutboxRelay, synthesis::EntitySynthesizer,
+        contradiction::ContradictionDetector, dedup::Deduper, outbox::OutboxRelay, synthesis::EntitySynthesizer,
     },
-    llm::OfflineLlm,
     services::Services,
 };
 use sqs_worker::JobHandler;
@@ -25,14 +24,7 @@ const VISIBILITY_SECONDS: i32 = 10;
 async fn main() -> anyhow::Result<()> {
     memory_core::telemetry::init();
     let services = Services::from_env().await?;
-    let models = match services.llm.clone() {
-        Some(_) => services.job_models()?,
-        None => {
-            tracing::warn!("no language model: the workers use the offline stand-in");
-            Models::new(Arc::new(OfflineLlm), Some(services.embedder.clone()))
-                .with_timeout(services.worker_model_timeout)
-        }
-    };
+    let models = services.job_models()?;
     let pool = services.pool.clone();
     let relay = Arc::new(outbox_relay::relay_from_env(pool.clone()).await?);
     // Long polls wait up to 5 s, longer than the relay's operation timeout: the pollers use the SDK's defaults.

@@ -429,7 +429,7 @@ async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scr
             .iter()
             .filter(|c| classified.is_empty() || c.taxonomy_node_ids.iter().any(|n| subtree.contains(n)))
             .collect();
-        let ranked = ranking::rank(&config.weights, &filtered, Utc::now(), 20);
+        let ranked = ranking::rank(config.ranking, &config.weights, &filtered, Utc::now(), 20);
         fusion.push(ms(t));
         std::hint::black_box(ranked);
     }

@@ -20,7 +20,9 @@ use memory_core::{
     config::RetrievalConfig,
     embed::{EmbedError, Embedder, MiniLm},
     ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
-    retrieval::{RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion},
+    retrieval::{
+        RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion, ranking::RankingFormula,
+    },
     store::SearchFilters,
 };
 use memory_tools::{scratch, stats};
@@ -35,8 +37,13 @@ struct Args {
     /// Directory with corpus.jsonl, queries.jsonl and qrels/test.tsv.
     #[arg(long)]
     dataset: PathBuf,
-    /// Comma-separated: vector, keyword, hybrid, pipeline.
-    #[arg(long, default_value = "vector,keyword,hybrid,pipeline", value_delimiter = ',')]
+    /// Comma-separated: vector, keyword, hybrid, pipeline (the configured Stage 4 formula), pipeline-spec,
+    /// pipeline-relevance.
+    #[arg(
+        long,
+        default_value = "vector,keyword,hybrid,pipeline,pipeline-spec,pipeline-relevance",
+        value_delimiter = ','
+    )]
     strategies: Vec<String>,
     /// Depth of each ranking (at most 100).
     #[arg(long, default_value_t = 50)]
@@ -50,6 +57,9 @@ struct Args {
     /// Where document embeddings are cached by content hash.
     #[arg(long, default_value = ".local/eval-cache")]
     cache_dir: PathBuf,
+    /// Ask every question this much later than its `asked_at` (e.g. `180d`): how the modes' recency ages.
+    #[arg(long, value_parser = parse_days)]
+    asked_at_offset: Option<chrono::Duration>,
     /// The model directory (default MEMORY_MODEL_DIR).
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
@@ -103,6 +113,12 @@ fn read_qrels(path: &Path) -> anyhow::Result<BTreeMap<String, HashMap<String, i3
         qrels.entry(fields[0].to_string()).or_default().insert(fields[1].to_string(), fields[2].trim().parse()?);
     }
     Ok(qrels)
+}
+
+/// `180d` (or `180`): a number of days.
+fn parse_days(text: &str) -> Result<chrono::Duration, String> {
+    let days: i64 = text.trim_end_matches('d').parse().map_err(|e| format!("{text:?}: {e}"))?;
+    Ok(chrono::Duration::days(days))
 }
 
 fn organization_of(group: Option<&str>) -> Uuid {
@@ -241,7 +257,21 @@ async fn main() -> anyhow::Result<()> {
         config.weights.recency = 0.0;
     }
     let embedder: Arc<dyn Embedder> = model;
-    let retriever = Retriever::new(db.app.clone(), embedder, None, config);
+    let with_formula = |formula: Option<RankingFormula>| {
+        let mut config = config.clone();
+        if let Some(formula) = formula {
+            config.ranking = formula;
+        }
+        Retriever::new(db.app.clone(), embedder.clone(), None, config)
+    };
+    let retrievers: HashMap<&str, Retriever> = [
+        ("pipeline", with_formula(None)),
+        ("pipeline-spec", with_formula(Some(RankingFormula::Spec))),
+        ("pipeline-relevance", with_formula(Some(RankingFormula::Relevance))),
+    ]
+    .into_iter()
+    .collect();
+    let retriever = &retrievers["pipeline"];
 
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)?;
@@ -257,7 +287,8 @@ async fn main() -> anyhow::Result<()> {
         let mut sums = [0.0f64; 6];
         for (qid, relevant) in &qrels {
             let query = queries.get(qid).with_context(|| format!("query {qid} is judged but not in queries.jsonl"))?;
-            let ranked = run_query(&retriever, strategy, query, args.k).await?;
+            let chosen = retrievers.get(strategy.as_str()).unwrap_or(retriever);
+            let ranked = run_query(chosen, strategy, query, args.k, args.asked_at_offset).await?;
             let ranked: Vec<String> = ranked.iter().map(|(id, _)| doc_of[id].clone()).collect::<Vec<_>>();
             for (rank, doc) in ranked.iter().enumerate() {
                 run.push_str(&format!("{qid} Q0 {doc} {} {} {strategy}\n", rank + 1, (args.k - rank) as f64));
@@ -307,12 +338,13 @@ async fn run_query(
     strategy: &str,
     query: &RawQuery,
     k: usize,
+    offset: Option<chrono::Duration>,
 ) -> anyhow::Result<Vec<(Uuid, f64)>> {
     let org = organization_of(query.metadata.group.as_deref());
-    if strategy == "pipeline" {
+    if strategy.starts_with("pipeline") {
         let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query.text.clone());
         request.max_results = k;
-        request.as_of = query.metadata.asked_at;
+        request.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
         let mut result = retriever.query(request).await?;
         result.memories.reverse();
         return Ok(result.memories.into_iter().map(|m| (m.memory.id, m.score)).collect());
