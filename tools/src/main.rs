@@ -127,13 +127,8 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Migrate { embedding_dimensions } => {
             let pool = admin_pool()?;
-            store::MIGRATOR.run(&pool).await?;
-            if let Some(dimensions) = embedding_dimensions
-                && store::set_embedding_dimension(&pool, dimensions).await?
-            {
-                println!("memory.embedding is now vector({dimensions})");
-            }
-            println!("migrations applied");
+            store::migrate(&pool, embedding_dimensions).await?;
+            println!("migrations applied; memory.embedding is vector({})", store::embedding_dimension(&pool).await?);
         }
         Command::AnnIndexes { min_memories } => {
             let changes = store::ann::reconcile(&admin_pool()?, min_memories).await?;

@@ -151,12 +151,14 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
             dead
         );
     }
-    let (jobs, events): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM memory_job_outbox WHERE sent_at IS NULL), \
-                (SELECT count(*) FROM domain_event_outbox WHERE published_at IS NULL)",
-    )
-    .fetch_one(pool)
-    .await?;
+    // Per organisation, under its own setting: the owner need not bypass row-level security.
+    let (mut jobs, mut events) = (0, 0);
+    for org in store::outbox::organizations(pool).await? {
+        let mut tx = store::begin_for_org(pool, org).await?;
+        jobs += store::jobs::unsent_counts(&mut *tx, org).await?.iter().map(|(_, n)| n).sum::<i64>();
+        events += store::outbox::unpublished_count(&mut *tx, org).await?;
+        tx.commit().await?;
+    }
     println!("outbox: {jobs} jobs not sent, {events} events not published");
     Ok(())
 }

@@ -52,10 +52,8 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
         }
         Task::Migrate => {
             let pool = admin_pool().await?;
-            store::MIGRATOR.run(&pool).await?;
-            if let Some(dimensions) = std::env::var("MEMORY_EMBEDDING_DIMENSIONS").ok().filter(|v| !v.is_empty()) {
-                store::set_embedding_dimension(&pool, dimensions.parse()?).await?;
-            }
+            let dimensions = std::env::var("MEMORY_EMBEDDING_DIMENSIONS").ok().filter(|v| !v.is_empty());
+            store::migrate(&pool, dimensions.map(|d| d.parse()).transpose()?).await?;
             // The application role's password follows its secret, so the services can connect after a deploy.
             let password_set = match std::env::var("MEMORY_APP_PASSWORD_SECRET_ARN").ok().filter(|v| !v.is_empty()) {
                 Some(arn) => {

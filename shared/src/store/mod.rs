@@ -115,6 +115,16 @@ pub async fn set_app_password(pool: &PgPool, password: &str) -> sqlx::Result<()>
     sqlx::raw_sql(&statement).execute(pool).await.map(|_| ())
 }
 
+/// Applies pending migrations, then gives a new database the embedding dimension asked for (see
+/// [`set_embedding_dimension`]).
+pub async fn migrate(pool: &PgPool, embedding_dimensions: Option<i32>) -> anyhow::Result<()> {
+    MIGRATOR.run(pool).await?;
+    if let Some(dimensions) = embedding_dimensions {
+        set_embedding_dimension(pool, dimensions).await?;
+    }
+    Ok(())
+}
+
 /// Makes `memory.embedding` a `vector(dimensions)` column: the embedding model of a database is chosen when it is
 /// created (384 for MiniLM; 256, 512 or 1024 for Titan v2), and the services refuse to start with another. Fails,
 /// changing nothing, once any memory has an embedding of another dimension. Returns whether it changed.

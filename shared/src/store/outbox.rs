@@ -63,6 +63,14 @@ pub async fn mark_published(executor: impl PgExecutor<'_>, organization_id: Uuid
     .map(|r| r.rows_affected())
 }
 
+/// How many of the organisation's events wait to be published.
+pub async fn unpublished_count(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 AND published_at IS NULL")
+        .bind(organization_id)
+        .fetch_one(executor)
+        .await
+}
+
 /// The organisations that have ever written an event (ids only; the relay visits each under its own setting).
 pub async fn organizations(executor: impl PgExecutor<'_>) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar("SELECT organization_id FROM domain_event_outbox_org ORDER BY organization_id")
