@@ -222,6 +222,17 @@ pub async fn mention_all(db: &Db, org: Uuid, entity: &str, memories: &[&Memory])
     entity
 }
 
+/// A scripted model that labels every screened pair contradictory.
+pub fn everything_contradicts() -> Arc<memory_core::llm::ScriptedLlm> {
+    use memory_core::llm::{InvocationPurpose, ScriptedLlm};
+    Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryContradiction, |req| {
+        let n = req.prompt.matches("Existing ").count();
+        let relations: Vec<String> =
+            (0..n).map(|i| format!(r#"{{"memory": {i}, "relation": "contradictory"}}"#)).collect();
+        Ok(format!(r#"{{"relations": [{}]}}"#, relations.join(",")))
+    }))
+}
+
 /// Gives an agent a profile with these read scopes.
 pub async fn agent_with_scopes(db: &Db, org: Uuid, scopes: &[Scope]) -> Uuid {
     let agent = Uuid::now_v7();

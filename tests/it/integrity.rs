@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use integration_tests::{Db, axis, memory, mention_all, outbox_counts, vector_with_similarity};
+use integration_tests::{Db, axis, everything_contradicts, memory, mention_all, outbox_counts, vector_with_similarity};
 use memory_core::{
     domain::{DedupDecision, Memory, MemoryStatus, Scope, TrustLevel},
     lifecycle::{
@@ -36,16 +36,6 @@ fn dedup_model(decision: &'static str) -> ScriptedLlm {
             Ok(format!(r#"{{"decisions":[{}]}}"#, items.join(",")))
         })
         .on(InvocationPurpose::MemoryMerge, |req| Ok(req.prompt.replace('\n', " ")))
-}
-
-/// Labels every screened pair contradictory.
-fn everything_contradicts() -> Arc<ScriptedLlm> {
-    Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryContradiction, |req| {
-        let n = req.prompt.matches("Existing ").count();
-        let relations: Vec<String> =
-            (0..n).map(|i| format!(r#"{{"memory": {i}, "relation": "contradictory"}}"#)).collect();
-        Ok(format!(r#"{{"relations": [{}]}}"#, relations.join(",")))
-    }))
 }
 
 async fn count(db: &Db, org: Uuid, sql: &str) -> i64 {

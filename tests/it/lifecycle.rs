@@ -138,27 +138,14 @@ async fn five_mentions_trigger_an_entity_profile_linked_from_the_entity(opts: Pg
 }
 
 mod contradiction {
-    use std::sync::Arc;
-
-    use integration_tests::{Db, axis, memory, vector_with_similarity};
+    use integration_tests::{Db, axis, everything_contradicts, memory, vector_with_similarity};
     use memory_core::{
         domain::{Memory, MemoryStatus},
         lifecycle::contradiction::ContradictionDetector,
-        llm::{InvocationPurpose, ScriptedLlm},
         store,
     };
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
     use uuid::Uuid;
-
-    /// Labels every screened pair contradictory.
-    fn everything_contradicts() -> Arc<ScriptedLlm> {
-        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryContradiction, |req| {
-            let n = req.prompt.matches("Existing ").count();
-            let relations: Vec<String> =
-                (0..n).map(|i| format!(r#"{{"memory": {i}, "relation": "contradictory"}}"#)).collect();
-            Ok(format!(r#"{{"relations": [{}]}}"#, relations.join(",")))
-        }))
-    }
 
     async fn mention_all(db: &Db, org: Uuid, memories: &[&Memory]) {
         let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
