@@ -392,3 +392,40 @@ async fn a_follow_up_job_whose_send_fails_waits_in_the_outbox_and_is_sent_later(
     let job: serde_json::Value = serde_json::from_str(received.records[0].body.as_deref().unwrap()).unwrap();
     assert_eq!(job["job_type"], "memory_contradiction_check");
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn context_is_searched_and_embedded_but_never_returned(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let turn_text = "Yes, I went there last week!";
+    let context = "Did you finally visit Kyoto?";
+    // The embedder knows only the content followed by its context: the memory is embedded with it.
+    let embedder =
+        Arc::new(FixedEmbedder::default().with(&format!("{turn_text}\n{context}"), axis(3)).with("kyoto", axis(3)));
+    let mut m = turn(turn_text);
+    m["context"] = json!(context);
+    Ingestor::new(db.app.clone(), embedder.clone()).ingest(&batch(org, "b", vec![m]), Admission::Active).await.unwrap();
+
+    let r = retriever(&db, embedder, None);
+    let mut request = memory_core::retrieval::SearchRequest {
+        organization_id: org,
+        agent_id: None,
+        project_id: None,
+        task_id: None,
+        query: "kyoto".into(),
+        strategy: memory_core::retrieval::Strategy::Keyword,
+        filters: Default::default(),
+        fusion: Default::default(),
+        vector_weight: 0.5,
+        include_graph: false,
+        max_results: 5,
+        sensitivity_gate: false,
+    };
+    let hits = r.search(request.clone()).await.unwrap().hits;
+    assert_eq!(hits.len(), 1, "the context's words find the memory");
+    assert_eq!(hits[0].memory.content, turn_text, "only the content is returned");
+    request.strategy = memory_core::retrieval::Strategy::Vector;
+    assert_eq!(r.search(request).await.unwrap().hits[0].cosine_sim.map(|c| (c * 1000.0).round()), Some(1000.0));
+    let body = serde_json::to_value(&hits[0]).unwrap();
+    assert!(!body.to_string().contains("Kyoto"), "the context never leaves the service: {body}");
+}

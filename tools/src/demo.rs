@@ -211,6 +211,7 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
             };
             let source_ref = format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40));
             memories.push(IngestMemory {
+                context: None,
                 content: template.replace("{s}", service),
                 memory_type: *memory_type,
                 scope,
@@ -232,6 +233,7 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
     }
     for (path, memory_type, content) in SPECIFIC {
         memories.push(IngestMemory {
+            context: None,
             content: content.to_string(),
             memory_type: *memory_type,
             scope: Scope::Org,

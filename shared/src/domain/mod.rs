@@ -130,6 +130,8 @@ pub struct NewMemory {
     pub status: MemoryStatus,
     pub sensitivity: Sensitivity,
     pub content: String,
+    /// Text that situates the memory (indexed and embedded with it, never returned).
+    pub context: Option<String>,
     pub embedding: Option<Vec<f32>>,
     pub confidence: f64,
     pub created_at: Option<DateTime<Utc>>,
@@ -142,6 +144,14 @@ pub struct NewMemory {
 }
 
 impl NewMemory {
+    /// What is embedded: the content, then its context.
+    pub fn embedding_input(&self) -> String {
+        match &self.context {
+            Some(context) => format!("{}\n{context}", self.content),
+            None => self.content.clone(),
+        }
+    }
+
     /// An active, normal-sensitivity, organisation-wide memory with unverified explicit provenance.
     pub fn new(organization_id: Uuid, memory_type: MemoryType, content: impl Into<String>) -> Self {
         Self {
@@ -154,6 +164,7 @@ impl NewMemory {
             status: MemoryStatus::Active,
             sensitivity: Sensitivity::Normal,
             content: content.into(),
+            context: None,
             embedding: None,
             confidence: 0.5,
             created_at: None,

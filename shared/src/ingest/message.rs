@@ -36,6 +36,9 @@ fn version_one() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct IngestMemory {
     pub content: String,
+    /// Text that situates the memory without being it (the turns before it, a heading path): indexed and embedded
+    /// with the content, never returned or injected. At most 8 KiB.
+    pub context: Option<String>,
     pub memory_type: MemoryType,
     pub scope: Scope,
     /// Required for `project` scope and for file-backed memories.

@@ -34,6 +34,8 @@ use crate::{
 pub const MAX_MEMORIES: usize = 100;
 /// Longest content, in bytes.
 pub const MAX_CONTENT_BYTES: usize = 32 * 1024;
+/// Longest context, in bytes.
+pub const MAX_CONTEXT_BYTES: usize = 8 * 1024;
 /// Tags, labels, taxonomy paths and entities per memory.
 pub const MAX_ITEMS: usize = 32;
 /// Cosine similarity from which a new memory and an active one of the same readership are reviewed as
@@ -183,7 +185,7 @@ impl Ingestor {
     }
 
     async fn embed(&self, checked: &[Checked]) -> crate::Result<Vec<Vec<f32>>> {
-        let texts: Vec<String> = checked.iter().map(|c| c.new.content.clone()).collect();
+        let texts: Vec<String> = checked.iter().map(|c| c.new.embedding_input()).collect();
         match tokio::time::timeout(self.timeout, self.embedder.embed(&texts)).await {
             Ok(vectors) => Ok(vectors?),
             Err(_) => Err(EmbedError::Unavailable("embedding the batch timed out".into()).into()),
@@ -227,6 +229,9 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     let content = m.content.trim();
     if content.is_empty() || m.content.len() > MAX_CONTENT_BYTES {
         return Err(format!("content must be 1 to {MAX_CONTENT_BYTES} bytes"));
+    }
+    if m.context.as_ref().is_some_and(|c| c.len() > MAX_CONTEXT_BYTES) {
+        return Err(format!("context must be at most {MAX_CONTEXT_BYTES} bytes"));
     }
     if m.memory_type == MemoryType::EntityProfile {
         return Err("entity_profile memories are written by synthesis only".into());
@@ -298,6 +303,7 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
         _ => m.provenance.source_ref.trim().to_string(),
     };
     let mut new = NewMemory::new(organization_id, m.memory_type, content);
+    new.context = m.context.as_ref().map(|c| c.trim().to_string()).filter(|c| !c.is_empty());
     new.scope = m.scope;
     new.project_id = m.project_id;
     new.project_task_id = m.task_id;

@@ -13,9 +13,9 @@ pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Res
     let sql = format!(
         "INSERT INTO memory AS m (organization_id, id, project_id, project_task_id, agent_id, scope, memory_type, \
              status, sensitivity, content, embedding, confidence, created_at, updated_at, file_backed, file_path, \
-             content_hash, source_kind, source_ref, trust_level, tags, labels, expires_at) \
+             content_hash, source_kind, source_ref, trust_level, tags, labels, expires_at, context) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, coalesce($13, now()), coalesce($13, now()), \
-             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21) \
+             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
          RETURNING {MEMORY_COLUMNS}"
     );
     sqlx::query_as(&sql)
@@ -40,6 +40,7 @@ pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Res
         .bind(&new.tags)
         .bind(&new.labels)
         .bind(new.expires_at)
+        .bind(&new.context)
         .fetch_one(executor)
         .await
 }

@@ -90,6 +90,8 @@ struct Metadata {
     group: Option<String>,
     created_at: Option<DateTime<Utc>>,
     asked_at: Option<DateTime<Utc>>,
+    /// A document's context (indexed and embedded with it, never returned).
+    context: Option<String>,
 }
 
 fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
@@ -200,6 +202,7 @@ fn as_memory(doc: &RawDoc) -> IngestMemory {
         "memory_type": "semantic",
         "scope": "org",
         "created_at": doc.metadata.created_at,
+        "context": doc.metadata.context,
         "provenance": {"source_kind": "run", "source_ref": doc.id, "trust_level": "unverified"},
     }))
     .expect("a well-formed memory")

@@ -1,6 +1,7 @@
 //! realtalk-to-beir: converts the REALTALK conversations into the BEIR layout memory-eval reads.
 //!
-//! Every turn becomes a memory (`"<speaker>: <text>"`, created at the turn's time) of its conversation's group;
+//! Every turn becomes a memory (`"<speaker>: <text>"`, created at the turn's time) of its conversation's group,
+//! with the session's previous `--context-turns` turns as its context;
 //! every question becomes a query of that group, asked a day after the conversation's last turn, judged
 //! relevant to its evidence turns. Evidence ids are normalised: lists split on `;`, `,` and spaces, trailing `.` dropped,
 //! ranges (`D12:3-D12:5`, `D12:3-5`) expanded, and ids that name no turn discarded (the count is reported).
@@ -20,6 +21,9 @@ struct Args {
     input: PathBuf,
     #[arg(long)]
     output: PathBuf,
+    /// Turns of the same session before a turn that become its context (indexed and embedded with it).
+    #[arg(long, default_value_t = 2)]
+    context_turns: usize,
 }
 
 fn parse_time(text: &str) -> anyhow::Result<DateTime<Utc>> {
@@ -62,6 +66,7 @@ fn main() -> anyhow::Result<()> {
             .collect();
         sessions.sort_by_key(|(n, _)| *n);
         for (_, session) in sessions {
+            let mut previous: Vec<String> = Vec::new();
             for turn in session.as_array().into_iter().flatten() {
                 let text = turn["clean_text"].as_str().unwrap_or_default().trim();
                 let dia_id = turn["dia_id"].as_str().unwrap_or_default();
@@ -72,8 +77,14 @@ fn main() -> anyhow::Result<()> {
                 last = last.max(at);
                 let speaker = turn["speaker"].as_str().unwrap_or("someone");
                 ids.insert(dia_id.to_string());
-                let doc = json!({"_id": format!("{chat}#{dia_id}"), "title": "", "text": format!("{speaker}: {text}"),
-                                 "metadata": {"group": chat, "created_at": at}});
+                let line = format!("{speaker}: {text}");
+                let context = previous[previous.len().saturating_sub(args.context_turns)..].join("\n");
+                let mut metadata = json!({"group": chat, "created_at": at});
+                if !context.is_empty() {
+                    metadata["context"] = context.into();
+                }
+                let doc = json!({"_id": format!("{chat}#{dia_id}"), "title": "", "text": line, "metadata": metadata});
+                previous.push(line);
                 writeln!(corpus, "{doc}")?;
                 turns += 1;
             }
