@@ -24,7 +24,7 @@ pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSIO
 
 use crate::{
     domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope},
-    embed::{EmbedError, Embedder},
+    embed::Embedder,
     jobs::{ContradictionCheckJob, DedupReviewJob, EntitySynthesisJob, JobType},
     lifecycle::{DEFAULT_MODEL_TIMEOUT, file_scan::content_hash, synthesis::MENTION_THRESHOLD},
     store::{self, transitions},
@@ -186,10 +186,7 @@ impl Ingestor {
 
     async fn embed(&self, checked: &[Checked]) -> crate::Result<Vec<Vec<f32>>> {
         let texts: Vec<String> = checked.iter().map(|c| c.new.embedding_input()).collect();
-        match tokio::time::timeout(self.timeout, self.embedder.embed(&texts)).await {
-            Ok(vectors) => Ok(vectors?),
-            Err(_) => Err(EmbedError::Unavailable("embedding the batch timed out".into()).into()),
-        }
+        crate::lifecycle::embed_all_within(self.embedder.as_ref(), self.timeout, &texts).await
     }
 }
 

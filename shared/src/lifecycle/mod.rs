@@ -69,8 +69,17 @@ pub(crate) async fn embed_within(
     text: &str,
 ) -> crate::Result<Option<Vec<f32>>> {
     let Some(embedder) = embedder else { return Ok(None) };
-    match tokio::time::timeout(timeout, embedder.embed_one(text)).await {
-        Ok(vector) => Ok(Some(vector?)),
+    Ok(embed_all_within(embedder, timeout, &[text.to_string()]).await?.pop())
+}
+
+/// Embeds `texts` in one call within `timeout`.
+pub(crate) async fn embed_all_within(
+    embedder: &dyn Embedder,
+    timeout: Duration,
+    texts: &[String],
+) -> crate::Result<Vec<Vec<f32>>> {
+    match tokio::time::timeout(timeout, embedder.embed(texts)).await {
+        Ok(vectors) => Ok(vectors?),
         Err(_) => Err(EmbedError::Unavailable("embedding timed out".into()).into()),
     }
 }
