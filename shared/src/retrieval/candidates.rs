@@ -1,4 +1,4 @@
-//! Stage 1: the vector and keyword branches, run concurrently inside the scope predicate and fused with RRF.
+//! Stage 1: the vector and keyword branches, run concurrently inside the scope predicate and fused.
 //! A branch that fails degrades the result instead of failing it.
 
 use std::collections::HashMap;
@@ -26,7 +26,11 @@ pub struct Candidate {
     pub mentions_profiled_entity: bool,
     pub vector_rank: Option<usize>,
     pub keyword_rank: Option<usize>,
+    /// The keyword score relative to the best keyword match of this query (1 for the best), when matched.
+    pub keyword_relative: Option<f64>,
     pub rrf: f64,
+    /// Both branches' evidence in [0, 1] ([`fusion::relevance`]).
+    pub relevance: f64,
 }
 
 /// Stage 1's output and what went wrong on the way.
@@ -124,7 +128,8 @@ pub async fn gather(
     Ok(CandidateSet { candidates: fuse(vector_rows, keyword_rows, settings.limit), degraded_reasons })
 }
 
-/// Merges the branch lists by memory id and orders them by RRF score (ties by id).
+/// Merges the branch lists by memory id, scores each candidate (RRF and relevance) and keeps the best `limit` by
+/// RRF score (ties by id).
 pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, limit: usize) -> Vec<Candidate> {
     let mut by_id: HashMap<Uuid, Candidate> = HashMap::new();
     for (rank, row) in vector_rows.into_iter().enumerate() {
@@ -141,10 +146,17 @@ pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, lim
             }
         }
     }
+    let best_keyword =
+        by_id.values().filter(|c| c.keyword_rank.is_some()).filter_map(|c| c.keyword_score).fold(0.0, f64::max);
+    let embedded = by_id.values().any(|c| c.cosine_sim.is_some());
     let mut candidates: Vec<Candidate> = by_id
         .into_values()
         .map(|mut c| {
             c.rrf = fusion::rrf(&[c.vector_rank, c.keyword_rank]);
+            c.keyword_relative =
+                c.keyword_rank.and(c.keyword_score).filter(|_| best_keyword > 0.0).map(|k| k / best_keyword);
+            let evidence = fusion::Evidence { embedded, keyword_matched: best_keyword > 0.0 };
+            c.relevance = fusion::relevance(evidence, c.cosine_sim, c.keyword_relative);
             c
         })
         .collect();
@@ -162,6 +174,8 @@ fn candidate(row: CandidateRow, vector_rank: Option<usize>, keyword_rank: Option
         mentions_profiled_entity: row.mentions_profiled_entity,
         vector_rank,
         keyword_rank,
+        keyword_relative: None,
         rrf: 0.0,
+        relevance: 0.0,
     }
 }

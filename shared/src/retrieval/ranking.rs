@@ -27,9 +27,8 @@ pub enum RankingFormula {
     /// The spec's composite: cosine × 0.5 + recency × 0.3 + confidence × 0.2 (the weights configurable).
     #[default]
     Spec,
-    /// Relevance from both branches (their reciprocal-rank fusion, scaled to [0, 1]: 1 for the first hit of both,
-    /// 0.5 for the first of one), nudged by at most ±[`NUDGE`] for recency and confidence, so they order memories
-    /// of similar relevance but never bury the relevant one.
+    /// Relevance from both branches ([`super::fusion::relevance`], in [0, 1]), scaled down by at most [`NUDGE`]
+    /// for age and low confidence, so they order memories of similar relevance but never bury the relevant one.
     Relevance,
 }
 
@@ -46,11 +45,6 @@ impl std::str::FromStr for RankingFormula {
 
 /// The largest share of a memory's relevance that recency and confidence move, together.
 pub const NUDGE: f64 = 0.1;
-
-/// Relevance in [0, 1] from a candidate's reciprocal-rank fusion score.
-pub fn fused_relevance(rrf: f64) -> f64 {
-    (rrf * (super::fusion::RRF_K + 1.0) / 2.0).min(1.0)
-}
 
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
 pub fn half_life_days(memory_type: MemoryType) -> f64 {
@@ -92,7 +86,7 @@ pub fn rank(
                 RankingFormula::Relevance => {
                     let (r, f) = (weights.recency, weights.confidence);
                     let share = if r + f > 0.0 { (r * recency + f * c.memory.confidence) / (r + f) } else { 0.5 };
-                    fused_relevance(c.rrf) * (1.0 - NUDGE + NUDGE * share)
+                    c.relevance * (1.0 - NUDGE + NUDGE * share)
                 }
             };
             (score, *c)
@@ -147,7 +141,7 @@ mod tests {
     #[test]
     fn the_relevance_formula_lets_recency_order_near_ties_but_never_bury_the_relevant_one() {
         let now = Utc::now();
-        let candidate = |rrf: f64, age_days: i64| {
+        let candidate = |relevance: f64, age_days: i64| {
             let mut memory = crate::domain::Memory::test_fixture();
             memory.id = uuid::Uuid::now_v7();
             memory.created_at = now - Duration::days(age_days);
@@ -159,18 +153,20 @@ mod tests {
                 mentions_profiled_entity: false,
                 vector_rank: None,
                 keyword_rank: None,
-                rrf,
+                keyword_relative: None,
+                rrf: 0.0,
+                relevance,
             }
         };
-        // First in both branches but eight months old, against a week-old memory ranked tenth in one branch.
-        let answer = candidate(2.0 / 61.0, 240);
-        let recent = candidate(1.0 / 70.0, 7);
+        // The best match, eight months old, against a week-old memory that matched less.
+        let answer = candidate(0.9, 240);
+        let recent = candidate(0.75, 7);
         let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&recent, &answer], now, 2);
         assert_eq!(ranked[0].memory.id, answer.memory.id);
         let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&recent, &answer], now, 2);
         assert_eq!(spec[0].memory.id, recent.memory.id, "the spec formula lets recency decide here");
         // Near ties: the newer one first.
-        let (old, new) = (candidate(1.0 / 61.0, 240), candidate(1.0 / 61.5, 7));
+        let (old, new) = (candidate(0.8, 240), candidate(0.79, 7));
         let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&old, &new], now, 2);
         assert_eq!(ranked[0].memory.id, new.memory.id);
         assert!(ranked.iter().all(|r| (0.0..=1.0).contains(&r.score)));

@@ -80,13 +80,8 @@ impl Retriever {
             )
             .await?;
             degraded.extend(set.degraded_reasons);
-            // Weighted fusion blends the keyword score normalised to the best keyword match of this query.
-            let best_keyword = set.candidates.iter().filter_map(|c| c.keyword_score).fold(0.0, f64::max);
-            let mut hits: Vec<SearchHit> = set
-                .candidates
-                .into_iter()
-                .map(|c| scored(c, request.fusion, request.vector_weight, best_keyword))
-                .collect();
+            let mut hits: Vec<SearchHit> =
+                set.candidates.into_iter().map(|c| scored(c, request.fusion, request.vector_weight)).collect();
             sort(&mut hits);
             hits.truncate(request.max_results);
             if request.include_graph || request.strategy == Strategy::Graph {
@@ -160,7 +155,7 @@ fn sort(hits: &mut [SearchHit]) {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
-fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64, best_keyword: f64) -> SearchHit {
+fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
     let match_kind = match (c.vector_rank, c.keyword_rank) {
         (Some(_), Some(_)) => MatchKind::Hybrid,
         (None, Some(_)) => MatchKind::Keyword,
@@ -168,11 +163,8 @@ fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64, best_keyword: f
     };
     let score = match fusion_kind {
         Fusion::Rrf => c.rrf,
-        Fusion::Weighted => fusion::weighted(
-            c.vector_rank.and(c.cosine_sim),
-            c.keyword_rank.and(c.keyword_score).map(|k| if best_keyword > 0.0 { k / best_keyword } else { 0.0 }),
-            vector_weight,
-        ),
+        // The keyword score relative to the best keyword match of this query.
+        Fusion::Weighted => fusion::weighted(c.vector_rank.and(c.cosine_sim), c.keyword_relative, vector_weight),
     };
     SearchHit {
         memory: c.memory,

@@ -37,8 +37,8 @@ struct Args {
     /// Directory with corpus.jsonl, queries.jsonl and qrels/test.tsv.
     #[arg(long)]
     dataset: PathBuf,
-    /// Comma-separated: vector, keyword, hybrid, pipeline (the configured Stage 4 formula), pipeline-spec,
-    /// pipeline-relevance.
+    /// Comma-separated: vector, keyword, hybrid (RRF), hybrid-weighted-<w> (the weighted blend, vector weight w),
+    /// pipeline (the configured Stage 4 formula), pipeline-spec, pipeline-relevance.
     #[arg(
         long,
         default_value = "vector,keyword,hybrid,pipeline,pipeline-spec,pipeline-relevance",
@@ -352,11 +352,16 @@ async fn run_query(
         result.memories.reverse();
         return Ok(result.memories.into_iter().map(|m| (m.memory.id, m.score)).collect());
     }
+    // `hybrid-weighted-<w>`: the weighted blend with vector weight w.
+    let (fusion, vector_weight) = match strategy.strip_prefix("hybrid-weighted-") {
+        Some(w) => (Fusion::Weighted, w.parse::<f64>().with_context(|| format!("vector weight in {strategy:?}"))?),
+        None => (Fusion::Rrf, 0.5),
+    };
     let strategy = match strategy {
         "vector" => Strategy::Vector,
         "keyword" => Strategy::Keyword,
-        "hybrid" => Strategy::Hybrid,
-        other => anyhow::bail!("unknown strategy {other:?} (vector, keyword, hybrid, pipeline)"),
+        s if s == "hybrid" || s.starts_with("hybrid-weighted-") => Strategy::Hybrid,
+        other => anyhow::bail!("unknown strategy {other:?} (vector, keyword, hybrid, hybrid-weighted-<w>, pipeline)"),
     };
     let request = SearchRequest {
         organization_id: org,
@@ -366,8 +371,8 @@ async fn run_query(
         query: query.text.clone(),
         strategy,
         filters: SearchFilters::default(),
-        fusion: Fusion::Rrf,
-        vector_weight: 0.5,
+        fusion,
+        vector_weight,
         include_graph: false,
         max_results: k,
         sensitivity_gate: false,
