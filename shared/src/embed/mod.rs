@@ -28,6 +28,12 @@ pub trait Embedder: Send + Sync {
     fn model_id(&self) -> &str;
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
 
+    /// Prepares the model (loads it, runs one pass) so the first request does not pay for it. A no-op for a
+    /// remote model.
+    async fn warm_up(&self) -> Result<(), EmbedError> {
+        Ok(())
+    }
+
     async fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let mut vectors = self.embed(&[text.to_string()]).await?;
         vectors.pop().ok_or_else(|| EmbedError::Inference("no vector returned".into()))
