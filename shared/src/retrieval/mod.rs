@@ -18,6 +18,7 @@ use std::{sync::Arc, time::Duration};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use pipeline::filter_and_rank;
 pub use types::*;
 
 use crate::{

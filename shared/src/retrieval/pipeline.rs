@@ -1,6 +1,6 @@
 //! `Retriever::query`: the four-stage pipeline of the three retrieval modes.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
@@ -11,10 +11,41 @@ use super::{
     ranking,
     taxonomy::Taxonomy,
 };
-use crate::store::{self, ScopeFilter, SearchFilters, candidates::CandidateExtras};
+use crate::{
+    config::RetrievalConfig,
+    store::{self, ScopeFilter, SearchFilters, candidates::CandidateExtras},
+};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
+
+/// Stages 3 and 4: keeps the candidates tagged within the classified subtrees and ranks them, falling back to
+/// all candidates when too few remain or the best of them is weak (the second value says so). No classes: all
+/// candidates, no fallback.
+pub fn filter_and_rank(
+    config: &RetrievalConfig,
+    taxonomy: &Taxonomy,
+    classified: &[Uuid],
+    candidates: &[Candidate],
+    as_of: DateTime<Utc>,
+    max_results: usize,
+) -> (Vec<RankedMemory>, bool) {
+    let rank = |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, as_of, max_results);
+    let everything: Vec<&Candidate> = candidates.iter().collect();
+    if classified.is_empty() {
+        return (rank(&everything), false);
+    }
+    let subtree = taxonomy.subtree(classified);
+    let in_subtree: Vec<&Candidate> =
+        candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
+    let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
+        .then(|| rank(&in_subtree))
+        .filter(|r| r.first().is_some_and(|top| top.score >= config.min_top_score));
+    match ranked {
+        Some(ranked) => (ranked, false),
+        None => (rank(&everything), true),
+    }
+}
 
 impl Retriever {
     /// Runs the pipeline for one request. The result is ordered most relevant LAST.
@@ -91,27 +122,9 @@ impl Retriever {
             None => self.classify(&taxonomy, request.mode, &text, &mut degraded).await,
         };
 
-        // Stages 3 and 4: keep candidates tagged within the classified subtrees and rank them, falling back to
-        // all candidates when too few remain or the best of them is weak.
         let as_of = request.as_of.unwrap_or_else(Utc::now);
-        let everything: Vec<&Candidate> = candidates.iter().collect();
-        let mut fallback_used = false;
-        let mut ranked = if classified.is_empty() {
-            ranking::rank(self.config.ranking, &self.config.weights, &everything, as_of, request.max_results)
-        } else {
-            let subtree = taxonomy.subtree(&classified);
-            let in_subtree: Vec<&Candidate> =
-                candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
-            let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
-                .then(|| {
-                    ranking::rank(self.config.ranking, &self.config.weights, &in_subtree, as_of, request.max_results)
-                })
-                .filter(|r| r.first().is_some_and(|top| top.score >= self.config.min_top_score));
-            ranked.unwrap_or_else(|| {
-                fallback_used = true;
-                ranking::rank(self.config.ranking, &self.config.weights, &everything, as_of, request.max_results)
-            })
-        };
+        let (mut ranked, fallback_used) =
+            filter_and_rank(&self.config, &taxonomy, &classified, &candidates, as_of, request.max_results);
 
         let cooldown_token = session.map(|s| {
             self.cooldown.record(org, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));

@@ -1,0 +1,141 @@
+//! What memory-bench reports: the JSON document and the printed rows.
+
+use memory_tools::stats::Percentiles;
+use serde::Serialize;
+
+#[derive(Serialize, Default)]
+pub struct SizeReport {
+    pub memories: usize,
+    pub vector_ms: Percentiles,
+    pub keyword_ms: Percentiles,
+    pub fusion_ms: Percentiles,
+    pub e2e_ms: Percentiles,
+    /// What end to end is made of: the context read before the branches (read scopes, taxonomy), and Stage 1 as
+    /// the pipeline runs it (both branches concurrently, then fused).
+    pub context_ms: Percentiles,
+    pub branches_ms: Percentiles,
+    pub baseline_ms: Percentiles,
+    pub ratio_p95: f64,
+    /// The raw query at the vector branch's depth (its LIMIT and ef_search), and end to end against it.
+    pub baseline_depth_ms: Percentiles,
+    pub ratio_depth_p95: f64,
+    pub filtered_recall_at_10: f64,
+    /// Overlap of the keyword branch's top 10 with exact BM25's, on the largest tenant (the one the per-term
+    /// posting cap affects most).
+    pub keyword_recall_at_10: f64,
+    pub load_s: f64,
+    pub index_s: f64,
+    /// Tenants given their own ANN index (`memory-admin ann-indexes`).
+    pub tenant_indexes: usize,
+}
+
+/// One loopback HTTP run against the real retrieve server.
+#[derive(Serialize, Default)]
+pub struct HttpRun {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub requests: usize,
+    pub errors: usize,
+    pub concurrency: usize,
+    /// The server's CPU time (user + system) per answered request.
+    pub server_cpu_ms_per_request: f64,
+}
+
+#[derive(Serialize)]
+pub struct HttpReport {
+    /// Every request a query not asked before (each embeds).
+    pub distinct: HttpRun,
+    /// A few queries asked over and over (query-embedding cache hits).
+    pub repeated: HttpRun,
+    /// The server's peak resident set size over both runs.
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// Query-embedding latency by query length (word pieces, [CLS] and [SEP] included).
+#[derive(Serialize)]
+pub struct EmbedReport {
+    /// Queries of at most 32 word pieces (the target's range).
+    pub up_to_32: Percentiles,
+    pub by_length: Vec<LengthBucket>,
+    pub word_pieces: Percentiles,
+}
+
+#[derive(Serialize)]
+pub struct LengthBucket {
+    pub word_pieces: String,
+    pub queries: usize,
+    pub ms: Percentiles,
+}
+
+/// Memories per second through `Ingestor::ingest` (batches of 100, embedded in the ingest transaction's batch).
+#[derive(Serialize)]
+pub struct IngestReport {
+    pub sentence_per_s: f64,
+    pub paragraph_per_s: f64,
+    pub sentence_word_pieces: f64,
+    pub paragraph_word_pieces: f64,
+}
+
+#[derive(Serialize)]
+pub struct Report {
+    pub sizes: Vec<SizeReport>,
+    pub embed_ms: EmbedReport,
+    pub ingest_per_s: IngestReport,
+    /// Process start to the first answered `POST /v1/retrieve`, one sample per spawn.
+    pub cold_start_ms: Option<Percentiles>,
+    pub http: Option<HttpReport>,
+    pub queries: usize,
+    pub machine: String,
+}
+
+pub fn print_row(r: &SizeReport) {
+    println!(
+        "{:>9} memories | p50/p95/p99 ms  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2}  fusion {:.2}/{:.2}/{:.2}  \
+         e2e {:.2}/{:.2}/{:.2} (context {:.2}/{:.2}/{:.2}, both branches {:.2}/{:.2}/{:.2})  baseline {:.2}/{:.2}/{:.2} | e2e/baseline p95 {:.2} (raw at depth {:.2}/{:.2}/{:.2}, ratio {:.2}) | recall@10 {:.3}, keyword {:.3} | load {:.0} s, index {:.0} s, {} tenant indexes",
+        r.memories,
+        r.vector_ms.p50,
+        r.vector_ms.p95,
+        r.vector_ms.p99,
+        r.keyword_ms.p50,
+        r.keyword_ms.p95,
+        r.keyword_ms.p99,
+        r.fusion_ms.p50,
+        r.fusion_ms.p95,
+        r.fusion_ms.p99,
+        r.e2e_ms.p50,
+        r.e2e_ms.p95,
+        r.e2e_ms.p99,
+        r.context_ms.p50,
+        r.context_ms.p95,
+        r.context_ms.p99,
+        r.branches_ms.p50,
+        r.branches_ms.p95,
+        r.branches_ms.p99,
+        r.baseline_ms.p50,
+        r.baseline_ms.p95,
+        r.baseline_ms.p99,
+        r.ratio_p95,
+        r.baseline_depth_ms.p50,
+        r.baseline_depth_ms.p95,
+        r.baseline_depth_ms.p99,
+        r.ratio_depth_p95,
+        r.filtered_recall_at_10,
+        r.keyword_recall_at_10,
+        r.load_s,
+        r.index_s,
+        r.tenant_indexes,
+    );
+}
+
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!("{} cores, {cpu}", std::thread::available_parallelism().map_or(0, |n| n.get()))
+}

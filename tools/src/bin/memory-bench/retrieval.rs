@@ -1,0 +1,308 @@
+//! Per corpus size: load, then the retrieval path's parts timed against a raw pgvector query, and recall.
+
+use std::{sync::Arc, time::Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use indicatif::{ProgressBar, ProgressStyle};
+use memory_core::{
+    config::RetrievalConfig,
+    retrieval::{
+        RetrievalMode, RetrievalRequest, Retriever,
+        candidates::{self, BranchSettings},
+        filter_and_rank,
+        taxonomy::Taxonomy,
+    },
+    store::{
+        self, ScopeFilter, SearchFilters,
+        candidates::{CandidateExtras, CandidateRow, KeywordSearch},
+    },
+};
+use memory_tools::{
+    scratch,
+    stats::Percentiles,
+    synthetic::{self, Corpus},
+};
+use pgvector::Vector;
+use sqlx::{Executor, PgPool, QueryBuilder};
+use uuid::Uuid;
+
+use crate::{
+    Args, ms,
+    report::SizeReport,
+    workload::{Precomputed, Probe, probes},
+};
+
+/// What the branches are timed with: the taxonomy tags Stage 3 needs whenever a query matches a taxonomy node
+/// (the corpus has no entity profiles, so the pipeline never asks for that flag here).
+const EXTRAS: CandidateExtras = CandidateExtras { taxonomy: true, profiled_entities: false };
+
+/// The keyword-impact and tag indexes: dropped for the load and rebuilt after it, as the migrations define them
+/// (tenant ANN indexes are built after it).
+const BULK_INDEXES: [&str; 2] = ["memory_posting_impact", "memory_tags"];
+
+pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
+    eprintln!("== {size} memories");
+    let corpus = Corpus::plan(size, args.seed);
+    let name = format!("memory_bench_{size}");
+    // A database built by another corpus version or an older schema is not reused.
+    let schema = store::MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
+    let marker =
+        format!("synthetic corpus v{}, schema {schema}: {size} memories, seed {}", synthetic::VERSION, args.seed);
+    let (db, load_s, index_s, tenant_indexes) =
+        if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
+            eprintln!("reusing {name}");
+            let db = scratch::open(&name, 8).await?;
+            let tenant_indexes = store::ann::indexed_tenants(&db.admin).await?.len();
+            (db, 0.0, 0.0, tenant_indexes)
+        } else {
+            let db = scratch::recreate(&name, 8).await?;
+            let (load_s, index_s, tenant_indexes) = load(&db, &corpus).await?;
+            db.admin.execute(format!("COMMENT ON DATABASE {name} IS '{marker}'").as_str()).await?;
+            (db, load_s, index_s, tenant_indexes)
+        };
+
+    let warmup = 50;
+    // The configuration the service runs with (MEMORY_* tunables honoured).
+    let config = RetrievalConfig::from_env()?;
+    let (depth, limit) = (config.branch_depth, config.candidate_limit);
+    // Each measurement gets its own queries (same distribution, another seed): a query is new to the database
+    // the first time it runs, and a measurement repeating another's queries would find their index pages and
+    // rows already in CPU and page caches. The measurements are interleaved, so none runs on a database that
+    // the others have warmed for longer.
+    let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
+    let (branch_probes, e2e_probes) = (probe_set(0), probe_set(1));
+    let (raw_probes, raw_depth_probes, stage1_probes) = (probe_set(2), probe_set(3), probe_set(4));
+    let every =
+        || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes).chain(&stage1_probes);
+    let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
+    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
+    let scope_of = async |probe: &Probe| {
+        retriever.scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true).await
+    };
+    let no_filters = SearchFilters::default();
+    let bar = ProgressBar::new(branch_probes.len() as u64)
+        .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
+
+    let (mut vector, mut keyword, mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut context, mut branches, mut taxonomy_matches) = (vec![], vec![], 0);
+    let mut branch_rows = Vec::new();
+    for i in 0..branch_probes.len() {
+        let probe = &branch_probes[i];
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+        let t = Instant::now();
+        let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
+        let vector_rows = store::candidates::vector_branch(&mut tx, &scope, &no_filters, &query, depth, EXTRAS).await?;
+        tx.commit().await?;
+        vector.push(ms(t));
+
+        let t = Instant::now();
+        let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
+        let search = KeywordSearch {
+            text_search_config: "memory_text",
+            text: &probe.text,
+            query: Some(&query),
+            limit: depth,
+            extras: EXTRAS,
+        };
+        let keyword_rows = store::candidates::keyword_branch(&mut tx, &scope, &no_filters, &search).await?;
+        tx.commit().await?;
+        keyword.push(ms(t));
+        branch_rows.push((vector_rows, keyword_rows));
+
+        let probe = &e2e_probes[i];
+        let t = Instant::now();
+        let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
+        request.agent_id = Some(probe.agent);
+        request.project_id = Some(probe.project);
+        request.task_id = Some(probe.task);
+        let result = retriever.query(request).await?;
+        e2e.push(ms(t));
+        anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
+
+        let probe = &stage1_probes[i];
+        let t = Instant::now();
+        let found = store::agents::retrieval_context(&db.app, probe.organization, Some(probe.agent)).await?;
+        context.push(ms(t));
+        // The extras the pipeline asks for: taxonomy tags only when the query names a taxonomy node.
+        let names_a_node = !Taxonomy::new(found.taxonomy).classify_by_rules(&probe.text).is_empty();
+        taxonomy_matches += usize::from(names_a_node);
+        let stage1 = BranchSettings {
+            depth,
+            limit,
+            text_search_config: "memory_text",
+            vector_timeout_ms: 5000,
+            keyword_timeout_ms: 5000,
+            run_vector: true,
+            run_keyword: true,
+            extras: CandidateExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles },
+        };
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+        let t = Instant::now();
+        let set = candidates::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &stage1).await?;
+        branches.push(ms(t));
+        anyhow::ensure!(set.degraded_reasons.is_empty(), "degraded stage 1: {:?}", set.degraded_reasons);
+
+        for (k, probe, timings) in
+            [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)]
+        {
+            let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+            let t = Instant::now();
+            raw_baseline(&db.app, &scope, &query, k).await?;
+            timings.push(ms(t));
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    eprintln!("{taxonomy_matches} of {} Stage 1 queries named a taxonomy node", stage1_probes.len());
+
+    let mut fusion = vec![];
+    for (probe, (vector_rows, keyword_rows)) in branch_probes.iter().zip(branch_rows) {
+        let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
+        let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
+        tx.commit().await?;
+        // Fusion, then Stages 2-4 as the pipeline runs them (rule classification, subtree filter with its
+        // fallback, ranking), through the pipeline's own functions.
+        let t = Instant::now();
+        let fused = candidates::fuse(vector_rows, keyword_rows, limit);
+        let classified = taxonomy.classify_by_rules(&probe.text);
+        let ranked = filter_and_rank(&config, &taxonomy, &classified, &fused, Utc::now(), 20);
+        fusion.push(ms(t));
+        std::hint::black_box(ranked);
+    }
+    let timed = |samples: &[f64]| Percentiles::of(&samples[warmup..]);
+
+    let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;
+    let keyword_recall_at_10 = keyword_recall(&db.app, &retriever, &corpus, args.seed).await?;
+    let (e2e_ms, baseline_ms, baseline_depth_ms) = (timed(&e2e), timed(&baseline), timed(&baseline_depth));
+    let report = SizeReport {
+        memories: size,
+        vector_ms: timed(&vector),
+        keyword_ms: timed(&keyword),
+        fusion_ms: timed(&fusion),
+        ratio_p95: e2e_ms.p95 / baseline_ms.p95,
+        ratio_depth_p95: e2e_ms.p95 / baseline_depth_ms.p95,
+        e2e_ms,
+        context_ms: timed(&context),
+        branches_ms: timed(&branches),
+        baseline_ms,
+        baseline_depth_ms,
+        filtered_recall_at_10,
+        keyword_recall_at_10,
+        load_s,
+        index_s,
+        tenant_indexes,
+    };
+    Ok((report, db, corpus))
+}
+
+/// COPY-loads the corpus with the bulk indexes dropped, rebuilds them and gives large tenants their ANN index;
+/// returns the seconds spent loading and indexing, and the number of tenant indexes.
+async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f64, usize)> {
+    let definitions: Vec<(String, String)> =
+        sqlx::query_as("SELECT indexname::text, indexdef FROM pg_indexes WHERE indexname = ANY($1)")
+            .bind(BULK_INDEXES.to_vec())
+            .fetch_all(&db.admin)
+            .await?;
+    for (name, _) in &definitions {
+        db.admin.execute(format!("DROP INDEX {name}").as_str()).await?;
+    }
+
+    let bar = ProgressBar::new(corpus.total() as u64)
+        .with_style(ProgressStyle::with_template("loading {bar:40} {pos}/{len} {per_sec} eta {eta}").unwrap());
+    let started = Instant::now();
+    corpus.load(&db.admin, |n| bar.set_position(n as u64)).await?;
+    bar.finish_and_clear();
+    let load_s = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let mut conn = db.admin.acquire().await?;
+    conn.execute("SET maintenance_work_mem = '6GB'").await?;
+    conn.execute("SET max_parallel_maintenance_workers = 1").await?;
+    for (name, definition) in &definitions {
+        eprintln!("building {name}");
+        conn.execute(definition.as_str()).await?;
+    }
+    conn.execute("VACUUM ANALYZE").await?;
+    drop(conn);
+    eprintln!("building tenant ANN indexes");
+    let tenant_indexes = store::ann::reconcile(&db.admin, store::ann::DEFAULT_MIN_MEMORIES).await?.created.len();
+    db.admin.execute("ANALYZE memory").await?;
+    let index_s = started.elapsed().as_secs_f64();
+    eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s ({tenant_indexes} tenant ANN indexes)");
+    Ok((load_s, index_s, tenant_indexes))
+}
+
+/// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
+async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
+    let mut tx = store::begin_vector_search(pool, scope.organization_id, k, 5000).await?;
+    let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
+    scope.push_sql(&mut qb);
+    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
+    let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// Recall@10 of the filtered HNSW search against exact search, for the tenant closest to 1% of the rows.
+async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, seed: u64) -> anyhow::Result<f64> {
+    let target = corpus.total() / 100;
+    let org = corpus.organizations.iter().min_by_key(|o| o.memories.abs_diff(target)).context("no organisation")?;
+    let probes = probes(corpus, 200, seed + 99, Some(org));
+    let mut hits = 0usize;
+    for probe in &probes {
+        let scope = retriever
+            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), false)
+            .await?;
+        let query = Vector::from(probe.vector.clone());
+        let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
+        let approximate: Vec<Uuid> = store::candidates::vector_branch(
+            &mut tx,
+            &scope,
+            &SearchFilters::default(),
+            &query,
+            10,
+            CandidateExtras::NONE,
+        )
+        .await?
+        .into_iter()
+        .map(|r| r.memory.id)
+        .collect();
+        tx.execute("SET LOCAL enable_indexscan = off").await?;
+        let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
+        scope.push_sql(&mut qb);
+        qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(", m.id LIMIT 10");
+        let exact: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        hits += approximate.iter().filter(|id| exact.contains(id)).count();
+    }
+    Ok(hits as f64 / (probes.len() * 10) as f64)
+}
+
+/// Recall@10 of the keyword branch (run at the pipeline's depth) against exact BM25, for the largest tenant.
+async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, seed: u64) -> anyhow::Result<f64> {
+    let org = corpus.organizations.iter().max_by_key(|o| o.memories).context("no organisation")?;
+    let probes = probes(corpus, 200, seed + 77, Some(org));
+    let (mut hits, mut expected) = (0usize, 0usize);
+    for probe in &probes {
+        let scope = retriever
+            .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
+            .await?;
+        let filters = SearchFilters::default();
+        let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
+        let ids = |rows: Vec<CandidateRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
+        let search = KeywordSearch {
+            text_search_config: "memory_text",
+            text: &probe.text,
+            query: None,
+            limit: retriever.config().branch_depth,
+            extras: CandidateExtras::NONE,
+        };
+        let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
+        let exact = ids(store::candidates::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
+        tx.commit().await?;
+        hits += bounded.iter().filter(|id| exact.contains(id)).count();
+        expected += exact.len();
+    }
+    Ok(if expected == 0 { 1.0 } else { hits as f64 / expected as f64 })
+}
