@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make package: one zip per function under target/lambda/<function>/bootstrap.zip and the embedding model as a
-# layer, target/lambda-layers/minilm.zip (unpacked under /opt/model: model.onnx, tokenizer.json, config.json and
+# layer, target/lambda-layers/minilm.zip (unpacked under /opt/model: model.onnx and its weights, tokenizer.json,
+# config.json and
 # the target architecture's libonnxruntime.so from the onnxruntime wheel), for infra/template.yaml.
 #   ARCH=arm64 (default) or ARCH=x86_64 (then deploy with the template parameter Architecture=x86_64).
 set -euo pipefail
@@ -42,13 +43,15 @@ import sys, zipfile, pathlib
 src, wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 wheel = zipfile.ZipFile(sorted(wheels.glob("onnxruntime-*.whl"))[-1])
 library = next(n for n in wheel.namelist() if "/capi/libonnxruntime.so." in n)
-with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-    for name in ["model.onnx", "config.json", "tokenizer.json"]:
-        z.write(src / name, f"model/{name}")
-    info = zipfile.ZipInfo("model/libonnxruntime.so")
-    info.external_attr = 0o755 << 16
+def add(z, name, data, mode):
+    info = zipfile.ZipInfo(f"model/{name}")
+    info.external_attr = mode << 16
     info.compress_type = zipfile.ZIP_DEFLATED
-    z.writestr(info, wheel.read(library))
+    z.writestr(info, data)
+with zipfile.ZipFile(out, "w") as z:
+    for name in ["model.onnx", "model.onnx.data", "config.json", "tokenizer.json"]:
+        add(z, name, (src / name).read_bytes(), 0o644)
+    add(z, "libonnxruntime.so", wheel.read(library), 0o755)
 PY
 echo "[package] $ARCH packages:"
 for f in "${FUNCTIONS[@]}"; do ls -l "$ROOT/target/lambda/$f/bootstrap.zip" | awk -v f="$f" '{printf "  %-14s %6.1f MB\n", f, $5/1048576}'; done

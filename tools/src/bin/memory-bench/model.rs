@@ -16,6 +16,13 @@ use crate::{
     report::{EmbedReport, IngestReport, LengthBucket},
 };
 
+/// The model's tokenizer without its padding and truncation, to count a text's word pieces.
+fn word_piece_counter(args: &Args) -> anyhow::Result<Tokenizer> {
+    let mut tokenizer = Tokenizer::from_file(args.model_dir.join("tokenizer.json")).map_err(anyhow::Error::msg)?;
+    tokenizer.with_padding(None).with_truncation(None).map_err(anyhow::Error::msg)?;
+    Ok(tokenizer)
+}
+
 /// Length buckets of the report, in word pieces.
 const BUCKETS: [(usize, usize); 4] = [(1, 8), (9, 16), (17, 32), (33, 64)];
 
@@ -23,7 +30,7 @@ const BUCKETS: [(usize, usize); 4] = [(1, 8), (9, 16), (17, 32), (33, 64)];
 /// lengths spread over the buckets.
 pub async fn embed_latency(args: &Args) -> anyhow::Result<EmbedReport> {
     let model = MiniLm::new(&args.model_dir)?;
-    let tokenizer = Tokenizer::from_file(args.model_dir.join("tokenizer.json")).map_err(anyhow::Error::msg)?;
+    let tokenizer = word_piece_counter(args)?;
     let corpus = Corpus::plan(1000, args.seed);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut samples: Vec<(usize, f64)> = Vec::new();
@@ -59,7 +66,7 @@ pub async fn ingest_rate(args: &Args) -> anyhow::Result<IngestReport> {
     let db = scratch::recreate("memory_bench_ingest", 4).await?;
     let model = Arc::new(MiniLm::new(&args.model_dir)?);
     model.warm_up().await?;
-    let tokenizer = Tokenizer::from_file(args.model_dir.join("tokenizer.json")).map_err(anyhow::Error::msg)?;
+    let tokenizer = word_piece_counter(args)?;
     let ingestor = Ingestor::new(db.admin.clone(), model);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut rate = async |name: &str, count: usize, sentences: usize| -> anyhow::Result<(f64, f64)> {
