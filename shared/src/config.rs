@@ -68,7 +68,11 @@ impl DatabaseConfig {
 pub enum EmbedderConfig {
     /// all-MiniLM-L6-v2 in process, from a directory holding model.onnx, tokenizer.json, config.json and
     /// libonnxruntime.so (`make stack` writes .local/model; `make package` puts the same in the layer).
-    MiniLm { model_dir: PathBuf },
+    MiniLm {
+        model_dir: PathBuf,
+        /// Single-threaded inference sessions (`MEMORY_EMBED_SESSIONS`, default one per core).
+        sessions: usize,
+    },
     /// Amazon Titan Text Embeddings through Bedrock.
     Titan { model_id: String, dimensions: usize },
 }
@@ -76,7 +80,10 @@ pub enum EmbedderConfig {
 impl EmbedderConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         match parsed_or("MEMORY_EMBEDDER", "minilm".to_string())?.as_str() {
-            "minilm" => Ok(Self::MiniLm { model_dir: required("MEMORY_MODEL_DIR")?.into() }),
+            "minilm" => Ok(Self::MiniLm {
+                model_dir: required("MEMORY_MODEL_DIR")?.into(),
+                sessions: parsed_or("MEMORY_EMBED_SESSIONS", crate::embed::MiniLm::default_sessions())?.max(1),
+            }),
             "titan" => Ok(Self::Titan {
                 model_id: parsed_or("MEMORY_TITAN_MODEL_ID", "amazon.titan-embed-text-v2:0".to_string())?,
                 dimensions: parsed_or("MEMORY_TITAN_DIMENSIONS", 1024)?,

@@ -40,7 +40,7 @@ impl Services {
             None
         };
         let embedder: Arc<dyn Embedder> = match embedder_config {
-            EmbedderConfig::MiniLm { model_dir } => Arc::new(MiniLm::new(model_dir)?),
+            EmbedderConfig::MiniLm { model_dir, sessions } => Arc::new(MiniLm::new(model_dir)?.with_sessions(sessions)),
             EmbedderConfig::Titan { model_id, dimensions } => {
                 Arc::new(TitanEmbedder::new(bedrock.clone().context("Bedrock client")?, model_id, dimensions))
             }

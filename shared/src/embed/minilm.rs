@@ -31,7 +31,7 @@ const BATCH: usize = 32;
 /// The ONNX Runtime library, inside the model directory.
 pub const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 
-/// One single-threaded session per core, sharing the mapped weights and their packed copies: concurrent requests
+/// Single-threaded sessions (one per core by default) sharing the mapped weights: concurrent requests
 /// (and a large batch's passes) run side by side, and no pass pays for synchronising threads. Measured against one
 /// two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16 word pieces (docs/benchmarks.md).
 struct Loaded {
@@ -72,6 +72,7 @@ impl Loaded {
 pub struct MiniLm {
     model_dir: PathBuf,
     dimension: usize,
+    sessions: usize,
     loaded: OnceCell<Arc<Loaded>>,
 }
 
@@ -87,15 +88,32 @@ impl MiniLm {
         let path = model_dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| load_error(&path, e))?;
         let config: Config = serde_json::from_str(&text).map_err(|e| load_error(&path, e))?;
-        Ok(Self { model_dir, dimension: config.hidden_size, loaded: OnceCell::new() })
+        Ok(Self {
+            model_dir,
+            dimension: config.hidden_size,
+            sessions: Self::default_sessions(),
+            loaded: OnceCell::new(),
+        })
+    }
+
+    /// One session per core.
+    pub fn default_sessions() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    /// Runs `sessions` single-threaded sessions (at least one); each beyond the first adds its own packed copy of
+    /// the weights, about 42 MB.
+    pub fn with_sessions(mut self, sessions: usize) -> Self {
+        self.sessions = sessions.max(1);
+        self
     }
 
     async fn loaded(&self) -> Result<Arc<Loaded>, EmbedError> {
         self.loaded
             .get_or_try_init(|| {
-                let dir = self.model_dir.clone();
+                let (dir, sessions) = (self.model_dir.clone(), self.sessions);
                 async move {
-                    tokio::task::spawn_blocking(move || load(&dir).map(Arc::new))
+                    tokio::task::spawn_blocking(move || load(&dir, sessions).map(Arc::new))
                         .await
                         .map_err(|e| EmbedError::Load(e.to_string()))?
                 }
@@ -125,7 +143,7 @@ fn environment(dir: &Path) -> Result<&'static Environment, EmbedError> {
     Ok(environment)
 }
 
-fn load(dir: &Path) -> Result<Loaded, EmbedError> {
+fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     let environment = environment(dir)?;
     let tokenizer_path = dir.join("tokenizer.json");
     let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| load_error(&tokenizer_path, e))?;
@@ -133,7 +151,6 @@ fn load(dir: &Path) -> Result<Loaded, EmbedError> {
         .with_truncation(Some(TruncationParams { max_length: MAX_WORD_PIECES, ..Default::default() }))
         .map_err(|e| EmbedError::Load(e.to_string()))?;
     tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
-    let sessions = std::thread::available_parallelism().map_or(1, |n| n.get());
     let model = dir.join("model.onnx");
     let packed = PrepackedWeights::new();
     let configure = || -> ort::Result<SessionBuilder> {
