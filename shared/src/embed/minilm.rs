@@ -15,7 +15,7 @@ use ort::{
     environment::Environment,
     session::{
         Session,
-        builder::{GraphOptimizationLevel, PrepackedWeights, SessionBuilder},
+        builder::{GraphOptimizationLevel, SessionBuilder},
     },
     value::TensorRef,
 };
@@ -31,9 +31,10 @@ const BATCH: usize = 32;
 /// The ONNX Runtime library, inside the model directory.
 pub const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 
-/// Single-threaded sessions (one per core by default) sharing the mapped weights: concurrent requests
-/// (and a large batch's passes) run side by side, and no pass pays for synchronising threads. Measured against one
-/// two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16 word pieces (docs/benchmarks.md).
+/// Single-threaded sessions (one per core by default) over one memory-mapped weights file, each with its own packed
+/// copy of the matrices (about 42 MB): concurrent requests (and a large batch's passes) run side by side, and no
+/// pass pays for synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393
+/// embeddings/s of 16 word pieces (docs/benchmarks.md).
 struct Loaded {
     idle: Mutex<Vec<Session>>,
     /// One permit per idle session.
@@ -152,13 +153,11 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
         .map_err(|e| EmbedError::Load(e.to_string()))?;
     tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
     let model = dir.join("model.onnx");
-    let packed = PrepackedWeights::new();
     let configure = || -> ort::Result<SessionBuilder> {
         Ok(Session::builder(environment)?
             .with_optimization_level(GraphOptimizationLevel::All)?
             .with_intra_threads(1)?
-            .with_inter_threads(1)?
-            .with_prepacked_weights(&packed)?)
+            .with_inter_threads(1)?)
     };
     // Built side by side: each session optimises the graph on its own core.
     let idle = std::thread::scope(|scope| {
