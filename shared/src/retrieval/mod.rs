@@ -11,6 +11,7 @@ pub mod query_cache;
 pub mod ranking;
 mod search;
 pub mod taxonomy;
+pub mod time_anchor;
 mod types;
 
 use std::{sync::Arc, time::Duration};

@@ -10,6 +10,7 @@ use super::{
     mention::parse_mentions,
     ranking,
     taxonomy::Taxonomy,
+    time_anchor::{self, TimeAnchor},
 };
 use crate::{
     config::RetrievalConfig,
@@ -27,10 +28,12 @@ pub fn filter_and_rank(
     taxonomy: &Taxonomy,
     classified: &[Uuid],
     candidates: &[Candidate],
+    anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> (Vec<RankedMemory>, bool) {
-    let rank = |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, as_of, max_results);
+    let rank =
+        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
     let everything: Vec<&Candidate> = candidates.iter().collect();
     if classified.is_empty() {
         return (rank(&everything), false);
@@ -123,8 +126,9 @@ impl Retriever {
         };
 
         let as_of = request.as_of.unwrap_or_else(Utc::now);
+        let anchors = time_anchor::named(&text);
         let (mut ranked, fallback_used) =
-            filter_and_rank(&self.config, &taxonomy, &classified, &candidates, as_of, request.max_results);
+            filter_and_rank(&self.config, &taxonomy, &classified, &candidates, &anchors, as_of, request.max_results);
 
         let cooldown_token = session.map(|s| {
             self.cooldown.record(org, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));

@@ -12,6 +12,7 @@ use memory_core::{
         candidates::{self, BranchSettings},
         filter_and_rank,
         taxonomy::Taxonomy,
+        time_anchor,
     },
     store::{
         self, ScopeFilter, SearchFilters,
@@ -166,7 +167,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         let t = Instant::now();
         let fused = candidates::fuse(vector_rows, keyword_rows, limit);
         let classified = taxonomy.classify_by_rules(&probe.text);
-        let ranked = filter_and_rank(&config, &taxonomy, &classified, &fused, Utc::now(), 20);
+        let anchors = time_anchor::named(&probe.text);
+        let ranked = filter_and_rank(&config, &taxonomy, &classified, &fused, &anchors, Utc::now(), 20);
         fusion.push(ms(t));
         std::hint::black_box(ranked);
     }
