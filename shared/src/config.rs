@@ -80,10 +80,17 @@ pub enum EmbedderConfig {
 impl EmbedderConfig {
     pub fn from_env() -> Result<Self, ConfigError> {
         match parsed_or("MEMORY_EMBEDDER", "minilm".to_string())?.as_str() {
-            "minilm" => Ok(Self::MiniLm {
-                model_dir: required("MEMORY_MODEL_DIR")?.into(),
-                sessions: parsed_or("MEMORY_EMBED_SESSIONS", crate::embed::MiniLm::default_sessions())?.max(1),
-            }),
+            "minilm" => {
+                let sessions = parsed_or("MEMORY_EMBED_SESSIONS", crate::embed::MiniLm::default_sessions())?;
+                if sessions == 0 {
+                    return Err(ConfigError::Invalid {
+                        name: "MEMORY_EMBED_SESSIONS",
+                        value: "0".into(),
+                        reason: "at least one session".into(),
+                    });
+                }
+                Ok(Self::MiniLm { model_dir: required("MEMORY_MODEL_DIR")?.into(), sessions })
+            }
             "titan" => Ok(Self::Titan {
                 model_id: parsed_or("MEMORY_TITAN_MODEL_ID", "amazon.titan-embed-text-v2:0".to_string())?,
                 dimensions: parsed_or("MEMORY_TITAN_DIMENSIONS", 1024)?,

@@ -30,6 +30,36 @@ async fn minilm_matches_sentence_transformers_on_every_reference_text() {
 }
 
 #[tokio::test]
+async fn a_batch_of_several_passes_comes_back_in_the_callers_order() {
+    // 70 texts of mixed lengths: three passes, sorted by length inside, run side by side.
+    let texts: Vec<String> = (0..70)
+        .map(|i| format!("note {i}: {}", "the deploy pipeline failed again ".repeat(1 + (i * 7) % 11)))
+        .collect();
+    let batch = minilm().embed(&texts).await.unwrap();
+    assert_eq!(batch.len(), texts.len());
+    for (i, text) in texts.iter().enumerate().step_by(9) {
+        let single = minilm().embed_one(text).await.unwrap();
+        assert!(cosine(&single, &batch[i]) > 0.9999, "text {i} came back out of order");
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_embedding_returns_its_session_to_the_pool() {
+    let texts: Vec<String> = (0..200).map(|i| format!("memory number {i} about the billing service")).collect();
+    // The caller stops waiting (a request's embedding budget) while the passes run.
+    let abandoned = tokio::time::timeout(std::time::Duration::from_millis(5), minilm().embed(&texts)).await;
+    assert!(abandoned.is_err(), "the batch should take longer than 5 ms");
+    // Every session serves again: more concurrent callers than sessions all get their vectors.
+    let calls = (0..8).map(|i| {
+        let model = minilm();
+        tokio::spawn(async move { model.embed_one(&format!("after the timeout {i}")).await })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        assert_eq!(call.await.unwrap().unwrap().len(), 384);
+    }
+}
+
+#[tokio::test]
 async fn a_model_directory_without_its_runtime_fails_with_a_clear_error_and_poisons_nothing() {
     let dir = std::env::temp_dir().join(format!("minilm-without-runtime-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();

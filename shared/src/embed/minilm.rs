@@ -43,29 +43,23 @@ struct Loaded {
 }
 
 impl Loaded {
-    /// Runs `pass` on an idle session, waiting for one when all are busy.
+    /// Runs `pass` on an idle session, waiting for one when all are busy. The session and its permit return to
+    /// the pool together when the pass ends, even if the caller stopped waiting; a pass that panics takes both.
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         pass: impl FnOnce(&mut Session, &Tokenizer) -> T + Send + 'static,
     ) -> Result<T, EmbedError> {
-        let permit = self.permits.acquire().await.map_err(|e| EmbedError::Inference(e.to_string()))?;
+        self.permits.acquire().await.map_err(|e| EmbedError::Inference(e.to_string()))?.forget();
+        let mut session = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().expect("a permit per idle session");
         let loaded = self.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let mut session =
-                loaded.idle.lock().unwrap_or_else(|p| p.into_inner()).pop().expect("a permit per idle session");
+        tokio::task::spawn_blocking(move || {
             let out = pass(&mut session, &loaded.tokenizer);
             loaded.idle.lock().unwrap_or_else(|p| p.into_inner()).push(session);
+            loaded.permits.add_permits(1);
             out
         })
-        .await;
-        match result {
-            Ok(out) => Ok(out),
-            Err(e) => {
-                // A pass that panicked took its session with it: its permit goes too.
-                permit.forget();
-                Err(EmbedError::Inference(e.to_string()))
-            }
-        }
+        .await
+        .map_err(|e| EmbedError::Inference(e.to_string()))
     }
 }
 
@@ -146,6 +140,8 @@ fn environment(dir: &Path) -> Result<&'static Environment, EmbedError> {
 
 fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     let environment = environment(dir)?;
+    // Encoding runs on the session's thread: the tokenizer starts no thread pool of its own.
+    tokenizers::utils::parallelism::set_parallelism(false);
     let tokenizer_path = dir.join("tokenizer.json");
     let mut tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| load_error(&tokenizer_path, e))?;
     tokenizer
@@ -190,9 +186,13 @@ fn embed_batch(session: &mut Session, tokenizer: &Tokenizer, texts: Vec<String>)
         "attention_mask" => TensorRef::from_array_view((shape, &mask[..])).map_err(|e| e.to_string())?,
     ];
     let outputs = session.run(inputs).map_err(|e| e.to_string())?;
-    let (_, values) = outputs["sentence_embedding"].try_extract_tensor::<f32>().map_err(|e| e.to_string())?;
-    let dimension = values.len() / count.max(1);
-    Ok(values.chunks(dimension).map(<[f32]>::to_vec).collect())
+    let (shape, values) = outputs["sentence_embedding"].try_extract_tensor::<f32>().map_err(|e| e.to_string())?;
+    match **shape {
+        [rows, dimension] if rows as usize == count && dimension > 0 => {
+            Ok(values.chunks(dimension as usize).map(<[f32]>::to_vec).collect())
+        }
+        _ => Err(format!("the model returned shape {shape:?} for {count} texts")),
+    }
 }
 
 /// Embeds in passes of [`BATCH`] texts of similar length (little of each pass is padding), the passes side by
@@ -212,6 +212,9 @@ async fn embed_all(loaded: &Arc<Loaded>, texts: &[String]) -> Result<Vec<Vec<f32
     let mut out = vec![Vec::new(); texts.len()];
     while let Some(pass) = passes.join_next().await {
         let (chunk, vectors) = pass.map_err(|e| EmbedError::Inference(e.to_string()))??;
+        if vectors.len() != chunk.len() {
+            return Err(EmbedError::Inference(format!("{} vectors for {} texts", vectors.len(), chunk.len())));
+        }
         for (i, vector) in chunk.into_iter().zip(vectors) {
             out[i] = vector;
         }
@@ -229,8 +232,20 @@ impl Embedder for MiniLm {
         "sentence-transformers/all-MiniLM-L6-v2"
     }
 
+    /// Loads the model and runs a first pass on every session.
     async fn warm_up(&self) -> Result<(), EmbedError> {
-        self.embed_one("warm up").await.map(|_| ())
+        let loaded = self.loaded().await?;
+        let mut passes = tokio::task::JoinSet::new();
+        for _ in 0..self.sessions {
+            let loaded = loaded.clone();
+            passes.spawn(async move {
+                loaded.run(|session, tokenizer| embed_batch(session, tokenizer, vec!["warm up".into()])).await
+            });
+        }
+        while let Some(pass) = passes.join_next().await {
+            pass.map_err(|e| EmbedError::Inference(e.to_string()))??.map_err(EmbedError::Inference)?;
+        }
+        Ok(())
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
