@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make package: one zip per function under target/lambda/<function>/bootstrap.zip and the embedding model as a
 # layer, target/lambda-layers/minilm.zip (unpacked under /opt/model: model.onnx and its weights, tokenizer.json,
-# config.json and
-# the target architecture's libonnxruntime.so from the onnxruntime wheel), for infra/template.yaml.
+# config.json and the target architecture's libonnxruntime.so from the onnxruntime wheel), for
+# infra/template.yaml. The layer is for one architecture: package and deploy them together.
 #   ARCH=arm64 (default) or ARCH=x86_64 (then deploy with the template parameter Architecture=x86_64).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -36,13 +36,20 @@ model_dir="$ROOT/.local/model"
 runtime="$(grep '^onnxruntime==' "$ROOT/requirements.txt")"
 wheels="$ROOT/.local/wheels/$WHEEL_PLATFORM"
 "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    --platform "$WHEEL_PLATFORM" --python-version 3.11 --implementation cp -d "$wheels" "$runtime"
+    --platform "$WHEEL_PLATFORM" --python-version "$("$VENV/bin/python" -c 'import sys; print(f"{sys.version_info.major}.{sys.version_info.minor}")')" \
+    --implementation cp -d "$wheels" "$runtime"
 mkdir -p "$ROOT/target/lambda-layers"
-"$VENV/bin/python" - "$model_dir" "$wheels" "$ROOT/target/lambda-layers/minilm.zip" <<'PY'
+"$VENV/bin/python" - "$model_dir" "$wheels" "$ROOT/target/lambda-layers/minilm.zip" "${runtime#onnxruntime==}" <<'PY'
 import sys, zipfile, pathlib
 src, wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
-wheel = zipfile.ZipFile(sorted(wheels.glob("onnxruntime-*.whl"))[-1])
-library = next(n for n in wheel.namelist() if "/capi/libonnxruntime.so." in n)
+version = sys.argv[4]
+found = list(wheels.glob(f"onnxruntime-{version}-*.whl"))
+if len(found) != 1:
+    sys.exit(f"[package] expected one onnxruntime {version} wheel in {wheels}, found {len(found)}")
+wheel = zipfile.ZipFile(found[0])
+library = f"onnxruntime/capi/libonnxruntime.so.{version}"
+if library not in wheel.namelist():
+    sys.exit(f"[package] {found[0].name} holds no {library}")
 def add(z, name, data, mode):
     info = zipfile.ZipInfo(f"model/{name}")
     info.external_attr = mode << 16

