@@ -38,7 +38,7 @@ pub struct Evidence {
 }
 
 /// A candidate's relevance in [0, 1] from both branches: a convex blend of its cosine and its keyword score
-/// relative to the query's best keyword match, or the one branch that had evidence for this query.
+/// (BM25 / (1 + BM25)) relative to the query's best keyword match, or the one branch that had evidence for this query.
 pub fn relevance(evidence: Evidence, cosine: Option<f64>, keyword_relative: Option<f64>) -> f64 {
     let cosine = cosine.unwrap_or(0.0).clamp(0.0, 1.0);
     let keyword = keyword_relative.unwrap_or(0.0);

@@ -48,7 +48,7 @@ impl std::str::FromStr for RankingFormula {
 pub const NUDGE: f64 = 0.1;
 
 /// The share of its relevance a memory loses when the query names a time (`time_anchor`) it is not of. REALTALK
-/// nDCG@10 was the same within 0.0001 for any penalty from 0.15 to 0.9 (docs/benchmarks.md).
+/// nDCG@10 was the same within 0.0001 for penalties of 0.15, 0.3, 0.6 and 0.9 (docs/benchmarks.md).
 pub const OFF_TIME_PENALTY: f64 = 0.3;
 
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.

@@ -39,11 +39,7 @@ struct Args {
     dataset: PathBuf,
     /// Comma-separated: vector, keyword, hybrid (RRF), hybrid-weighted-<w> (the weighted blend, vector weight w),
     /// pipeline (the configured Stage 4 formula), pipeline-spec, pipeline-relevance.
-    #[arg(
-        long,
-        default_value = "vector,keyword,hybrid,pipeline,pipeline-spec,pipeline-relevance",
-        value_delimiter = ','
-    )]
+    #[arg(long, default_value = "vector,keyword,hybrid,pipeline,pipeline-spec", value_delimiter = ',')]
     strategies: Vec<String>,
     /// Depth of each ranking (at most 100).
     #[arg(long, default_value_t = 50)]
