@@ -19,7 +19,8 @@ use crate::{
 pub async fn state_from_env() -> anyhow::Result<AppState> {
     let auth = authenticator_from_env()?;
     let services = Services::from_env().await?;
-    // The model loads now (Lambda's init phase, before the first request), not inside the first request.
+    // The model loads now (Lambda's init phase, before the first request), not inside the first request; a model
+    // that cannot load stops start-up with its error rather than serving keyword-only.
     services.embedder.warm_up().await?;
     let mut retriever = Retriever::new(services.pool, services.embedder, services.llm, RetrievalConfig::from_env()?)
         .with_llm_timeout(services.llm_timeout);

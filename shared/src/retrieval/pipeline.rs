@@ -41,9 +41,14 @@ pub fn filter_and_rank(
     let subtree = taxonomy.subtree(classified);
     let in_subtree: Vec<&Candidate> =
         candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
-    let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES)
-        .then(|| rank(&in_subtree))
-        .filter(|r| r.first().is_some_and(|top| top.score >= config.min_top_score));
+    // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not by
+    // itself send the query to the fallback.
+    let strong = |subset: &[&Candidate]| {
+        ranking::rank(config.ranking, &config.weights, subset, &[], as_of, 1)
+            .first()
+            .is_some_and(|top| top.score >= config.min_top_score)
+    };
+    let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES && strong(&in_subtree)).then(|| rank(&in_subtree));
     match ranked {
         Some(ranked) => (ranked, false),
         None => (rank(&everything), true),
