@@ -55,7 +55,10 @@ def build(model_dir: Path) -> onnx.ModelProto:
     tokens = node("Shape", ["input_ids"], "tokens", start=1, end=2)
     positions = node("Slice", [weight("embeddings.position_embeddings.weight"), const("zero", np.array([0])), tokens,
                                const("axis0", np.array([0]))], "positions")
-    words = node("Gather", [weight("embeddings.word_embeddings.weight"), "input_ids"], "words")
+    # The word-embedding table (30,522 × 384) is stored as float16: each query reads only its own rows, so this
+    # halves what a process maps for it (47 to 23 MB) at no measurable cost to the vectors.
+    table = const("embeddings.word_embeddings.weight.f16", weights["embeddings.word_embeddings.weight"].astype(np.float16))
+    words = node("Cast", [node("Gather", [table, "input_ids"], "words.f16")], "words", to=TensorProto.FLOAT)
     segment = const("segment0", weights["embeddings.token_type_embeddings.weight"][0].astype(np.float32))
     x = node("Add", [node("Add", [words, positions], "emb.wp"), segment], "emb.sum")
     x = layer_norm(x, "embeddings.LayerNorm", "emb")
