@@ -3,7 +3,11 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{RankedMemory, candidates::Candidate, time_anchor::TimeAnchor};
+use super::{
+    RankedMemory,
+    candidates::Candidate,
+    time_anchor::{TimeAnchor, of_the_time},
+};
 use crate::domain::{MemoryType, TrustLevel};
 
 /// Weights of the composite score; the spec's values are the default.
@@ -92,8 +96,7 @@ pub fn rank(
                 RankingFormula::Relevance => {
                     let (r, f) = (weights.recency, weights.confidence);
                     let share = if r + f > 0.0 { (r * recency + f * c.memory.confidence) / (r + f) } else { 0.5 };
-                    let of_the_time = anchors.is_empty() || anchors.iter().any(|a| a.contains(c.memory.created_at));
-                    let time = if of_the_time { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
+                    let time = if of_the_time(anchors, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
                     c.relevance * time * (1.0 - NUDGE + NUDGE * share)
                 }
             };

@@ -29,6 +29,14 @@ impl TimeAnchor {
     }
 }
 
+/// Whether a memory created at `at` is of the time the query names: on one of its days (if it names any), and
+/// within all of its bounds ("after X and before Y" is the span between). True when it names none.
+pub fn of_the_time(anchors: &[TimeAnchor], at: DateTime<Utc>) -> bool {
+    let (days, bounds): (Vec<&TimeAnchor>, Vec<&TimeAnchor>) =
+        anchors.iter().partition(|a| matches!(a, TimeAnchor::On(_)));
+    (days.is_empty() || days.iter().any(|d| d.contains(at))) && bounds.iter().all(|b| b.contains(at))
+}
+
 const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
 
 /// The dates named in `text`, in order.
@@ -153,6 +161,18 @@ mod tests {
         ] {
             assert!(named(text).is_empty(), "{text}: {:?}", named(text));
         }
+    }
+
+    #[test]
+    fn days_are_alternatives_and_bounds_all_hold() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let span = named("what happened after 2024-01-01 and before 2024-01-10?");
+        assert!(of_the_time(&span, at("2024-01-05T10:00:00Z")));
+        assert!(!of_the_time(&span, at("2024-01-20T10:00:00Z")));
+        assert!(!of_the_time(&span, at("2023-12-20T10:00:00Z")));
+        let days = named("on 3 Jan 2024 or on 9 Jan 2024");
+        assert!(of_the_time(&days, at("2024-01-09T10:00:00Z")) && !of_the_time(&days, at("2024-01-07T10:00:00Z")));
+        assert!(of_the_time(&[], at("2020-01-01T00:00:00Z")));
     }
 
     #[test]
