@@ -51,13 +51,25 @@ pub fn named(text: &str) -> Vec<TimeAnchor> {
     while i < tokens.len() {
         let (date, used) = match numeric_date(&tokens[i]) {
             Some(date) => (Some(date), 1),
+            // "2nd of january 2024"
+            None if tokens.get(i + 1).is_some_and(|t| t == "of") && day_of(&tokens[i]).is_some() => {
+                let rest = [
+                    tokens[i].clone(),
+                    tokens.get(i + 2).cloned().unwrap_or_default(),
+                    tokens.get(i + 3).cloned().unwrap_or_default(),
+                ];
+                (spelled_date(&rest), 4)
+            }
             None => (spelled_date(&tokens[i..]), 3),
         };
         match date {
             Some(date) => {
-                let anchor = match i.checked_sub(1).map(|p| tokens[p].as_str()) {
-                    Some("before" | "until" | "by") => TimeAnchor::Before(date),
-                    Some("after" | "since") => TimeAnchor::After(date),
+                let previous = |n: usize| i.checked_sub(n).map(|p| tokens[p].as_str());
+                // "from the 2nd of ...": the article does not count.
+                let skip = usize::from(previous(1) == Some("the"));
+                let anchor = match (previous(2 + skip), previous(1 + skip)) {
+                    (_, Some("before" | "until" | "by")) | (Some("prior"), Some("to")) => TimeAnchor::Before(date),
+                    (_, Some("after" | "since" | "from")) => TimeAnchor::After(date),
                     _ => TimeAnchor::On(date),
                 };
                 anchors.push(anchor);
@@ -144,9 +156,57 @@ mod tests {
             ("How many naps on January 6 2024?", vec![On(day(2024, 1, 6))]),
             ("Did Vanessa take the test before December 23rd, 2023?", vec![Before(day(2023, 12, 23))]),
             ("Anything after 2024-02-03 or on 2/14/2024?", vec![After(day(2024, 2, 3)), On(day(2024, 2, 14))]),
+            ("What changed from the 2nd of January 2024?", vec![After(day(2024, 1, 2))]),
+            ("Was it prior to 5 May 2023?", vec![Before(day(2023, 5, 5))]),
         ];
         for (text, expected) in cases {
             assert_eq!(named(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn any_text_reads_without_panicking_and_yields_only_real_dates() {
+        // Strings drawn from pieces that look like dates, in every script the service meets.
+        let pieces = [
+            "1",
+            "21",
+            "31",
+            ".",
+            "/",
+            "-",
+            "2024",
+            "01.02.2024",
+            "jan",
+            "May",
+            "of",
+            "before",
+            "on",
+            "é",
+            "東京",
+            "🚀",
+            " ",
+            ",",
+            "?",
+            "2nd",
+            "th",
+            "99999",
+            "0",
+        ];
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..(seed % 9) {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                text.push_str(pieces[(seed >> 33) as usize % pieces.len()]);
+                if seed & 1 == 0 {
+                    text.push(' ');
+                }
+            }
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            for anchor in named(&text) {
+                let (TimeAnchor::On(d) | TimeAnchor::Before(d) | TimeAnchor::After(d)) = anchor;
+                assert!((1000..=9999).contains(&chrono::Datelike::year(&d)), "{text:?} gave {d}");
+            }
         }
     }
 
