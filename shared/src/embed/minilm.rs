@@ -29,7 +29,7 @@ const MAX_WORD_PIECES: usize = 256;
 /// Texts embedded per forward pass.
 const BATCH: usize = 32;
 /// The ONNX Runtime library, inside the model directory.
-pub const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
+const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 
 /// Single-threaded sessions (one per core by default) over one memory-mapped weights file, each with its own packed
 /// copy of the matrices (about 42 MB): concurrent requests (and a large batch's passes) run side by side, and no
