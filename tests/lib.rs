@@ -125,6 +125,19 @@ pub struct Fixture {
     pub taxonomy: Option<Vec<&'static str>>,
 }
 
+/// The retrieve app behind API Gateway's authorizer, for the API id and stage of the sample events in `events/`.
+pub fn sample_event_app(retriever: Retriever) -> axum::Router {
+    retrieve::app(retrieve::AppState {
+        retriever: Arc::new(retriever),
+        auth: Arc::new(retrieve::Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: None,
+            audience: None,
+        }),
+    })
+}
+
 pub fn memory(org: Uuid, content: &str) -> Fixture {
     let mut new = NewMemory::new(org, MemoryType::Semantic, content);
     new.confidence = 0.8;

@@ -312,16 +312,7 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     let v = memory_core::embed::Embedder::embed_one(integration_tests::minilm().as_ref(), text).await.unwrap();
     let m = memory(org, text).embedding(v).insert(&db).await;
     memory(Uuid::now_v7(), text).embedding(axis(0)).insert(&db).await;
-    let state = AppState {
-        retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway {
-            api_id: Some("abc123".into()),
-            stage: Some("$default".into()),
-            issuer: None,
-            audience: None,
-        }),
-    };
-    let app = retrieve::app(state);
+    let app = integration_tests::sample_event_app(retriever(&db, integration_tests::minilm(), None));
     let event =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve-agent-query.json"))
             .unwrap();

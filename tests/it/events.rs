@@ -20,7 +20,6 @@ use memory_core::{
     store,
 };
 use outbox_relay::{EventBridgeSink, SqsJobSink};
-use retrieve::{AppState, auth::Authenticator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqs_worker::JobHandler;
 use tower::ServiceExt;
@@ -69,16 +68,7 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
     store::entities::add_mention(&mut *tx, ORG, ENTITY, MEMORY).await.unwrap();
     tx.commit().await.unwrap();
 
-    let state = AppState {
-        retriever: Arc::new(retriever(&db, minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway {
-            api_id: Some("abc123".into()),
-            stage: Some("$default".into()),
-            issuer: None,
-            audience: None,
-        }),
-    };
-    let app = retrieve::app(state);
+    let app = integration_tests::sample_event_app(retriever(&db, minilm(), None));
     let repos = std::env::temp_dir().join(format!("events-{}", Uuid::now_v7()));
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))

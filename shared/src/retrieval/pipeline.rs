@@ -41,18 +41,20 @@ pub fn filter_and_rank(
     let subtree = taxonomy.subtree(classified);
     let in_subtree: Vec<&Candidate> =
         candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
-    // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not by
-    // itself send the query to the fallback.
-    let strong = |subset: &[&Candidate]| {
-        ranking::rank(config.ranking, &config.weights, subset, &[], as_of, 1)
-            .first()
-            .is_some_and(|top| top.score >= config.min_top_score)
-    };
-    let ranked = (in_subtree.len() >= MIN_TAXONOMY_MATCHES && strong(&in_subtree)).then(|| rank(&in_subtree));
-    match ranked {
-        Some(ranked) => (ranked, false),
-        None => (rank(&everything), true),
+    if in_subtree.len() >= MIN_TAXONOMY_MATCHES {
+        let ranked = rank(&in_subtree);
+        // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
+        // by itself send the query to the fallback (only then is the subset ranked a second time).
+        let best = if anchors.is_empty() {
+            ranked.first().map(|top| top.score)
+        } else {
+            ranking::rank(config.ranking, &config.weights, &in_subtree, &[], as_of, 1).first().map(|top| top.score)
+        };
+        if best.is_some_and(|score| score >= config.min_top_score) {
+            return (ranked, false);
+        }
     }
+    (rank(&everything), true)
 }
 
 impl Retriever {
