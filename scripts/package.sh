@@ -56,7 +56,7 @@ def add(z, name, data, mode):
     info.compress_type = zipfile.ZIP_DEFLATED
     z.writestr(info, data)
 with zipfile.ZipFile(out, "w") as z:
-    for name in ["model.onnx", "model.onnx.data", "config.json", "tokenizer.json"]:
+    for name in ["model.onnx", "model.onnx.data", "weights.json", "config.json", "tokenizer.json"]:
         add(z, name, (src / name).read_bytes(), 0o644)
     add(z, "libonnxruntime.so", wheel.read(library), 0o755)
 PY

@@ -32,13 +32,13 @@ install_python_packages() {
     echo "$want" >"$stamp"
 }
 
-# .local/model: what MiniLm loads (model.onnx, tokenizer.json, config.json, libonnxruntime.so), rewritten when
-# the packages or the converter change.
+# .local/model: what MiniLm loads (model.onnx, its weights and weights.json, tokenizer.json, config.json,
+# libonnxruntime.so), rewritten when the packages or the converter change.
 prepare_model() {
     local dir="$LOCAL/model" site want
     site="$(site_packages)"
     want="$(cat "$VENV/.requirements.sha" "$ROOT/scripts/minilm_to_onnx.py" | sha256sum | cut -c1-64)"
-    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$want" && -f "$dir/model.onnx.data" && -f "$dir/libonnxruntime.so" ]]; then
+    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$want" && -f "$dir/weights.json" && -f "$dir/libonnxruntime.so" ]]; then
         return
     fi
     log "writing the embedding model to $dir"

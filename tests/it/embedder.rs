@@ -74,6 +74,30 @@ async fn a_model_directory_without_its_runtime_fails_with_a_clear_error_and_pois
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[tokio::test]
+async fn a_weights_table_that_disagrees_with_the_weights_file_is_refused_by_name() {
+    let model = integration_tests::model_dir();
+    let dir = std::env::temp_dir().join(format!("minilm-bad-weights-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&model).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name != "weights.json" {
+            std::os::unix::fs::symlink(model.join(&name), dir.join(&name)).unwrap();
+        }
+    }
+    // The first tensor claims four bytes more than its dims hold.
+    let text = std::fs::read_to_string(model.join("weights.json")).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let first = &mut manifest["tensors"][0];
+    let name = first["name"].as_str().unwrap().to_owned();
+    first["length"] = serde_json::json!(first["length"].as_u64().unwrap() + 4);
+    std::fs::write(dir.join("weights.json"), manifest.to_string()).unwrap();
+
+    let error = embed::MiniLm::new(&dir).unwrap().embed_one("hello").await.unwrap_err().to_string();
+    assert!(error.contains("weights.json") && error.contains(&name), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_embedder_of_another_dimension_is_refused_at_start_up(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

@@ -1,9 +1,9 @@
 //! all-MiniLM-L6-v2 run in process by ONNX Runtime: BERT, mean pooling over the attention mask and L2
 //! normalisation inside the graph, at most 256 word pieces: the same vectors as sentence-transformers.
 //!
-//! The model directory holds `model.onnx` and its weights `model.onnx.data` (written from the published weights
-//! by `scripts/minilm_to_onnx.py`), `tokenizer.json`, `config.json` and `libonnxruntime.so`, loaded at run time
-//! (nothing is linked at build time).
+//! The model directory holds `model.onnx`, its weights `model.onnx.data` and their table of contents
+//! `weights.json` (written from the published weights by `scripts/minilm_to_onnx.py`), `tokenizer.json`,
+//! `config.json` and `libonnxruntime.so`, loaded at run time (nothing is linked at build time).
 
 use std::{
     path::{Path, PathBuf},
@@ -22,7 +22,7 @@ use ort::{
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::{OnceCell, Semaphore};
 
-use super::{EmbedError, Embedder};
+use super::{EmbedError, Embedder, weights::SharedWeights};
 
 /// sentence-transformers' max_seq_length for this model.
 const MAX_WORD_PIECES: usize = 256;
@@ -31,15 +31,17 @@ const BATCH: usize = 32;
 /// The ONNX Runtime library, inside the model directory.
 const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 
-/// Single-threaded sessions (one per core by default) over one memory-mapped weights file, each with its own packed
-/// copy of the matrices (about 42 MB): concurrent requests (and a large batch's passes) run side by side, and no
-/// pass pays for synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393
-/// embeddings/s of 16 word pieces (docs/benchmarks.md).
+/// Single-threaded sessions (one per core by default) sharing one mapping of the weights and one packed copy of
+/// the matrices: concurrent requests (and a large batch's passes) run side by side, and no pass pays for
+/// synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16
+/// word pieces (docs/benchmarks.md).
 struct Loaded {
     idle: Mutex<Vec<Session>>,
     /// One permit per idle session.
     permits: Semaphore,
     tokenizer: Tokenizer,
+    /// Declared after the sessions, so dropped after them.
+    _weights: SharedWeights,
 }
 
 impl Loaded {
@@ -96,8 +98,8 @@ impl MiniLm {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 
-    /// Runs `sessions` single-threaded sessions (at least one); each beyond the first adds its own packed copy of
-    /// the weights, about 42 MB.
+    /// Runs `sessions` single-threaded sessions (at least one); they share the weights, so each beyond the first
+    /// adds only its working memory.
     pub fn with_sessions(mut self, sessions: usize) -> Self {
         self.sessions = sessions.max(1);
         self
@@ -149,11 +151,14 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
         .map_err(|e| EmbedError::Load(e.to_string()))?;
     tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
     let model = dir.join("model.onnx");
+    let weights = SharedWeights::load(dir)?;
     let configure = || -> ort::Result<SessionBuilder> {
-        Ok(Session::builder(environment)?
-            .with_optimization_level(GraphOptimizationLevel::All)?
-            .with_intra_threads(1)?
-            .with_inter_threads(1)?)
+        weights.share_with(
+            Session::builder(environment)?
+                .with_optimization_level(GraphOptimizationLevel::All)?
+                .with_intra_threads(1)?
+                .with_inter_threads(1)?,
+        )
     };
     // Built side by side: each session optimises the graph on its own core.
     let idle = std::thread::scope(|scope| {
@@ -169,7 +174,8 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
             .collect();
         building.into_iter().map(|b| b.join().expect("session builder")).collect::<Result<Vec<_>, _>>()
     })?;
-    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer })
+    weights.release_pages();
+    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
 }
 
 fn embed_batch(session: &mut Session, tokenizer: &Tokenizer, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {

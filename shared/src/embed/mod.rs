@@ -3,6 +3,7 @@
 
 mod minilm;
 mod titan;
+mod weights;
 
 use async_trait::async_trait;
 
