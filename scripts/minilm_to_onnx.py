@@ -7,9 +7,9 @@ encoder layers (12-head self-attention with the padding mask, exact erf GELU), m
 mask and L2 normalisation. Inputs `input_ids` and `attention_mask` (int64, [batch, tokens]); output
 `sentence_embedding` (float32, [batch, hidden]). Nothing is downloaded: the weights are the package's.
 
-The weights go to `<output>.data` beside the graph, and `weights.json` lists each tensor stored there (name,
-element type, dims, offset, length): the embedder maps the file once and hands every session the same tensors, so
-ONNX Runtime packs each matrix once for all sessions.
+The weights go to `<output>.data` beside the graph, and `weights.json` gives that file's size and lists each float
+tensor stored there (name, element type, dims, offset, length): the embedder maps the file once and hands every
+session the same tensors, so ONNX Runtime keeps one packed copy of each matrix for all sessions.
 """
 
 import json
@@ -24,7 +24,7 @@ from safetensors.numpy import load_file
 
 OPSET = 17  # LayerNormalization
 # Element types of the tensors in the weights file, as weights.json names them.
-TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16", TensorProto.INT64: "int64"}
+TYPES = {TensorProto.FLOAT: "float32", TensorProto.FLOAT16: "float16"}
 
 
 def build(model_dir: Path) -> onnx.ModelProto:
@@ -123,16 +123,20 @@ if __name__ == "__main__":
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(build(Path(sys.argv[1])), str(out), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=out.name + ".data", size_threshold=1024)
+    # The float tensors in the weights file, for the embedder to share between its sessions (any other tensor
+    # ONNX Runtime reads from the file itself).
+    data = out.with_name(out.name + ".data")
     saved = onnx.load_model(str(out), load_external_data=False)
     tensors = []
     for t in saved.graph.initializer:
-        if t.data_location == TensorProto.EXTERNAL:
+        if t.data_location == TensorProto.EXTERNAL and t.data_type in TYPES:
             place = {entry.key: entry.value for entry in t.external_data}
             tensors.append({"name": t.name, "type": TYPES[t.data_type], "dims": list(t.dims),
                             "offset": int(place.get("offset", 0)), "length": int(place["length"])})
-    manifest = out.with_name("weights.json")
+    head = f'"file": {json.dumps(data.name)}, "bytes": {data.stat().st_size}'
     lines = ",\n".join("  " + json.dumps(t) for t in tensors)
-    manifest.write_text(f'{{"file": {json.dumps(out.name + ".data")}, "tensors": [\n{lines}\n]}}\n')
-    for written in (out, out.with_name(out.name + ".data"), manifest):
+    manifest = out.with_name("weights.json")
+    manifest.write_text(f'{{{head}, "tensors": [\n{lines}\n]}}\n')
+    for written in (out, data, manifest):
         written.chmod(0o644)
     print(f"wrote {out}")

@@ -66,8 +66,9 @@ impl DatabaseConfig {
 /// Which embedding model to run.
 #[derive(Debug, Clone)]
 pub enum EmbedderConfig {
-    /// all-MiniLM-L6-v2 in process, from a directory holding model.onnx, tokenizer.json, config.json and
-    /// libonnxruntime.so (`make stack` writes .local/model; `make package` puts the same in the layer).
+    /// all-MiniLM-L6-v2 in process, from a directory holding model.onnx, its weights (model.onnx.data and
+    /// weights.json), tokenizer.json, config.json and libonnxruntime.so (`make stack` writes .local/model; `make
+    /// package` puts the same in the layer).
     MiniLm {
         model_dir: PathBuf,
         /// Single-threaded inference sessions (`MEMORY_EMBED_SESSIONS`, default one per core).

@@ -1,21 +1,26 @@
 //! The in-process MiniLM against sentence-transformers' reference vectors, and the dimension check.
 
+use std::sync::Arc;
+
 use integration_tests::{Db, FixedEmbedder, minilm};
 use memory_core::embed::{self, Embedder, cosine};
 use serde::Deserialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 struct Reference {
     text: String,
     embedding: Vec<f32>,
 }
 
+fn references() -> Vec<Reference> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/minilm-reference/reference.jsonl");
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
 #[tokio::test]
 async fn minilm_matches_sentence_transformers_on_every_reference_text() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/minilm-reference/reference.jsonl");
-    let references: Vec<Reference> =
-        std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let references = references();
     assert!(references.len() >= 10);
     let texts: Vec<String> = references.iter().map(|r| r.text.clone()).collect();
     let vectors = minilm().embed(&texts).await.unwrap();
@@ -75,9 +80,25 @@ async fn a_model_directory_without_its_runtime_fails_with_a_clear_error_and_pois
 }
 
 #[tokio::test]
-async fn a_weights_table_that_disagrees_with_the_weights_file_is_refused_by_name() {
+async fn sessions_sharing_the_weights_all_give_the_reference_vectors() {
+    let references = references();
+    let model = Arc::new(embed::MiniLm::new(integration_tests::model_dir()).unwrap().with_sessions(3));
+    // More concurrent callers than sessions: every session serves, each from the one packed copy.
+    let calls = references.iter().cycle().take(3 * references.len()).map(|reference| {
+        let (model, reference) = (model.clone(), reference.clone());
+        tokio::spawn(async move { (model.embed_one(&reference.text).await.unwrap(), reference) })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        let (vector, reference) = call.await.unwrap();
+        let similarity = cosine(&vector, &reference.embedding);
+        assert!(similarity >= 0.999, "cosine {similarity:.5} for {:?}", reference.text);
+    }
+}
+
+/// A copy of the model directory (links to its files) whose weights.json is `edit`ed.
+fn model_dir_with_manifest(edit: impl FnOnce(&mut serde_json::Value)) -> std::path::PathBuf {
     let model = integration_tests::model_dir();
-    let dir = std::env::temp_dir().join(format!("minilm-bad-weights-{}", uuid::Uuid::new_v4()));
+    let dir = std::env::temp_dir().join(format!("minilm-weights-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(&model).unwrap() {
         let name = entry.unwrap().file_name();
@@ -85,16 +106,32 @@ async fn a_weights_table_that_disagrees_with_the_weights_file_is_refused_by_name
             std::os::unix::fs::symlink(model.join(&name), dir.join(&name)).unwrap();
         }
     }
-    // The first tensor claims four bytes more than its dims hold.
-    let text = std::fs::read_to_string(model.join("weights.json")).unwrap();
-    let mut manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let first = &mut manifest["tensors"][0];
-    let name = first["name"].as_str().unwrap().to_owned();
-    first["length"] = serde_json::json!(first["length"].as_u64().unwrap() + 4);
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(model.join("weights.json")).unwrap()).unwrap();
+    edit(&mut manifest);
     std::fs::write(dir.join("weights.json"), manifest.to_string()).unwrap();
+    dir
+}
 
+#[tokio::test]
+async fn a_weights_table_that_disagrees_with_the_weights_file_is_refused_by_name() {
+    // The first tensor claims four bytes more than its dims hold.
+    let mut tensor = String::new();
+    let dir = model_dir_with_manifest(|manifest| {
+        let first = &mut manifest["tensors"][0];
+        tensor = first["name"].as_str().unwrap().to_owned();
+        first["length"] = serde_json::json!(first["length"].as_u64().unwrap() + 4);
+    });
     let error = embed::MiniLm::new(&dir).unwrap().embed_one("hello").await.unwrap_err().to_string();
-    assert!(error.contains("weights.json") && error.contains(&name), "{error}");
+    assert!(error.contains("weights.json") && error.contains(&tensor), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A table written for another weights file.
+    let dir = model_dir_with_manifest(|manifest| {
+        manifest["bytes"] = serde_json::json!(manifest["bytes"].as_u64().unwrap() + 1);
+    });
+    let error = embed::MiniLm::new(&dir).unwrap().embed_one("hello").await.unwrap_err().to_string();
+    assert!(error.contains("weights.json") && error.contains("bytes"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -40,7 +40,7 @@ struct Loaded {
     /// One permit per idle session.
     permits: Semaphore,
     tokenizer: Tokenizer,
-    /// Declared after the sessions, so dropped after them.
+    /// The tensors and the packed-matrix container the sessions share.
     _weights: SharedWeights,
 }
 
@@ -152,29 +152,23 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
     let model = dir.join("model.onnx");
     let weights = SharedWeights::load(dir)?;
-    let configure = || -> ort::Result<SessionBuilder> {
-        weights.share_with(
-            Session::builder(environment)?
-                .with_optimization_level(GraphOptimizationLevel::All)?
-                .with_intra_threads(1)?
-                .with_inter_threads(1)?,
-        )
+    let options = || -> ort::Result<SessionBuilder> {
+        Ok(Session::builder(environment)?
+            .with_optimization_level(GraphOptimizationLevel::All)?
+            .with_intra_threads(1)?
+            .with_inter_threads(1)?)
     };
+    let configure = || weights.share_with(options().map_err(|e| load_error(&model, e))?);
     // Built side by side: each session optimises the graph on its own core.
     let idle = std::thread::scope(|scope| {
         let building: Vec<_> = (0..sessions)
-            .map(|_| {
-                scope.spawn(|| {
-                    configure()
-                        .map_err(|e| EmbedError::Load(e.to_string()))?
-                        .commit_from_file(&model)
-                        .map_err(|e| load_error(&model, e))
-                })
-            })
+            .map(|_| scope.spawn(|| configure()?.commit_from_file(&model).map_err(|e| load_error(&model, e))))
             .collect();
         building.into_iter().map(|b| b.join().expect("session builder")).collect::<Result<Vec<_>, _>>()
-    })?;
+    });
+    // Whether or not every session was built, packing is over.
     weights.release_pages();
+    let idle = idle?;
     Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
 }
 

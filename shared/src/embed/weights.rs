@@ -1,9 +1,10 @@
 //! The model's weights, mapped into the process once and shared by all of its ONNX Runtime sessions.
 //!
-//! `weights.json`, written beside the graph by `scripts/minilm_to_onnx.py`, lists every tensor the graph keeps in
-//! its weights file: name, element type, dims, offset and length. Each session gets those tensors as initializers
-//! over the one mapping, with one [`PrepackedWeights`] container for all: ONNX Runtime then packs each matrix once
-//! for every session rather than once per session, and the word-embedding table is resident once.
+//! `weights.json`, written beside the graph by `scripts/minilm_to_onnx.py`, lists the weights file's size and
+//! every float tensor the graph keeps in it: name, element type, dims, offset and length. Each session gets those
+//! tensors as initializers over the one mapping, with one [`PrepackedWeights`] container for all: ONNX Runtime
+//! keeps one packed copy of each matrix for every session instead of one per session, and the word-embedding
+//! table is resident once.
 
 use std::{
     collections::HashMap,
@@ -11,6 +12,7 @@ use std::{
     fs::File,
     path::{Path, PathBuf},
     sync::Mutex,
+    time::SystemTime,
 };
 
 use half::f16;
@@ -28,8 +30,10 @@ const MANIFEST: &str = "weights.json";
 
 #[derive(Deserialize)]
 struct Manifest {
-    /// The weights file, beside the manifest.
+    /// The weights file, a name in the model directory.
     file: String,
+    /// Its size in bytes: a manifest from another conversion is refused, not misread.
+    bytes: usize,
     tensors: Vec<Entry>,
 }
 
@@ -51,24 +55,32 @@ enum Element {
 }
 
 pub(super) struct SharedWeights {
+    manifest: PathBuf,
     mapping: &'static Mmap,
     tensors: Vec<(CString, DynValueRef<'static>)>,
     prepacked: PrepackedWeights,
 }
 
-// The tensors only view the read-only mapping; ONNX Runtime reads initializers from any thread.
-unsafe impl Send for SharedWeights {}
-unsafe impl Sync for SharedWeights {}
-
 impl SharedWeights {
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
-        let path = dir.join(MANIFEST);
-        let invalid = |e: &dyn std::fmt::Display| EmbedError::Load(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(&path).map_err(|e| invalid(&e))?;
-        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
-        let file = dir.join(&manifest.file);
+        let manifest = dir.join(MANIFEST);
+        let invalid = |e: &dyn std::fmt::Display| EmbedError::Load(format!("{}: {e}", manifest.display()));
+        let text = std::fs::read_to_string(&manifest).map_err(|e| invalid(&e))?;
+        let parsed: Manifest = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
+        if Path::new(&parsed.file).file_name() != Some(parsed.file.as_ref()) {
+            return Err(invalid(&format_args!("{:?} is not a file name", parsed.file)));
+        }
+        let file = dir.join(&parsed.file);
         let mapping = mapping(&file).map_err(|e| EmbedError::Load(format!("{}: {e}", file.display())))?;
-        let tensors = manifest
+        if mapping.len() != parsed.bytes {
+            return Err(invalid(&format_args!(
+                "written for a weights file of {} bytes, {} has {}",
+                parsed.bytes,
+                file.display(),
+                mapping.len()
+            )));
+        }
+        let tensors = parsed
             .tensors
             .into_iter()
             .map(|entry| {
@@ -77,32 +89,33 @@ impl SharedWeights {
                 Ok((name, view))
             })
             .collect::<Result<_, EmbedError>>()?;
-        Ok(Self { mapping, tensors, prepacked: PrepackedWeights::new() })
+        Ok(Self { manifest, mapping, tensors, prepacked: PrepackedWeights::new() })
     }
 
-    /// `builder` with every tensor as a shared initializer and the common container for packed matrices. The
-    /// sessions it builds must be dropped before `self`.
-    pub fn share_with(&self, builder: SessionBuilder) -> ort::Result<SessionBuilder> {
-        let mut builder = builder.with_prepacked_weights(&self.prepacked)?;
+    /// `builder` with every tensor as a shared initializer and the common container for packed matrices.
+    pub fn share_with(&self, builder: SessionBuilder) -> Result<SessionBuilder, EmbedError> {
+        let failed = |e: &dyn std::fmt::Display| EmbedError::Load(format!("{}: {e}", self.manifest.display()));
+        let mut builder = builder.with_prepacked_weights(&self.prepacked).map_err(|e| failed(&e))?;
         for (name, tensor) in &self.tensors {
-            // SAFETY: the name is a valid C string and the value a live tensor over the 'static mapping, which
-            // outlives every session (the caller drops them before `self`).
+            // SAFETY: a valid C string and a live tensor value. ONNX Runtime keeps its own reference to the value
+            // in each session it builds, and the value's data is the read-only mapping, never unmapped.
             unsafe {
                 ort::Error::result_from_status((ort::api().AddInitializer)(
                     builder.ptr_mut(),
                     name.as_ptr(),
                     tensor.ptr(),
-                ))?;
+                ))
             }
+            .map_err(|e| failed(&format_args!("tensor {}: {e}", name.to_string_lossy())))?;
         }
         Ok(builder)
     }
 
     /// Drops the mapping's pages from the process's resident memory once the sessions hold their packed
-    /// matrices: those are never read again, and the word-embedding rows a query needs fault back in from the
-    /// page cache.
+    /// matrices: the matrices are not read again, and what a pass does read (word-embedding rows, position
+    /// embeddings, biases, norms) faults back in from the page cache.
     pub fn release_pages(&self) {
-        // SAFETY: the mapping is read-only and backed by a file nobody writes while we run: a dropped page reads
+        // SAFETY: the mapping is read-only and shared with a file nobody writes while we run: a dropped page reads
         // back the same bytes on its next access.
         if let Err(e) = unsafe { self.mapping.unchecked_advise(UncheckedAdvice::DontNeed) } {
             tracing::debug!(error = %e, "could not release the weights' pages");
@@ -110,18 +123,36 @@ impl SharedWeights {
     }
 }
 
+/// Which file a mapping shows: a file rewritten under the same path is mapped anew.
+#[derive(PartialEq, Eq, Hash)]
+struct FileIdentity {
+    path: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
 /// One mapping per weights file per process, kept for the process's life (sessions may be built from it at any
-/// time).
+/// time, and ONNX Runtime holds its tensors).
 fn mapping(path: &Path) -> std::io::Result<&'static Mmap> {
-    static MAPPINGS: Mutex<Option<HashMap<PathBuf, &'static Mmap>>> = Mutex::new(None);
+    use std::os::unix::fs::MetadataExt;
+    static MAPPINGS: Mutex<Option<HashMap<FileIdentity, &'static Mmap>>> = Mutex::new(None);
+    let file = File::open(path)?;
+    let metadata = file.metadata()?;
+    let identity = FileIdentity {
+        path: path.to_path_buf(),
+        len: metadata.len(),
+        modified: metadata.modified().ok(),
+        inode: metadata.ino(),
+    };
     let mut mappings = MAPPINGS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mappings = mappings.get_or_insert_with(HashMap::new);
-    if let Some(mapping) = mappings.get(path) {
+    if let Some(mapping) = mappings.get(&identity) {
         return Ok(mapping);
     }
     // SAFETY: the model directory is written before the process starts and not modified while it runs.
-    let mapping: &'static Mmap = Box::leak(Box::new(unsafe { Mmap::map(&File::open(path)?)? }));
-    mappings.insert(path.to_path_buf(), mapping);
+    let mapping: &'static Mmap = Box::leak(Box::new(unsafe { Mmap::map(&file)? }));
+    mappings.insert(identity, mapping);
     Ok(mapping)
 }
 
@@ -131,9 +162,9 @@ fn tensor(mapping: &'static Mmap, entry: &Entry) -> Result<DynValueRef<'static>,
         .checked_add(entry.length)
         .and_then(|end| mapping.get(entry.offset..end))
         .ok_or("outside the weights file")?;
-    let elements: usize = entry.dims.iter().map(|&d| usize::try_from(d).unwrap_or(usize::MAX)).product();
+    let elements = entry.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
     let check_length = |element_size: usize| -> Result<(), String> {
-        if elements.checked_mul(element_size) == Some(bytes.len()) {
+        if elements.and_then(|n| n.checked_mul(element_size)) == Some(bytes.len()) {
             Ok(())
         } else {
             Err(format!("{} bytes for dims {:?}", bytes.len(), entry.dims))
