@@ -26,7 +26,7 @@ use super::{EmbedError, Embedder, weights::SharedWeights};
 
 /// sentence-transformers' max_seq_length for this model.
 const MAX_WORD_PIECES: usize = 256;
-/// Texts embedded per forward pass.
+/// Most texts embedded per forward pass.
 const BATCH: usize = 32;
 /// The ONNX Runtime library, inside the model directory.
 const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
@@ -36,6 +36,7 @@ const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 /// synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16
 /// word pieces (docs/benchmarks.md).
 struct Loaded {
+    sessions: usize,
     idle: Mutex<Vec<Session>>,
     /// One permit per idle session.
     permits: Semaphore,
@@ -169,7 +170,14 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     // Whether or not every session was built, packing is over.
     weights.release_pages();
     let idle = idle?;
-    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
+    Ok(Loaded { sessions, idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
+}
+
+/// Texts per pass: as many passes as sessions, or a multiple of them, all of about one size, so no session idles
+/// through a short last pass (100 texts on 2 sessions: 4 passes of 25, not 32, 32, 32 and 4).
+fn pass_size(texts: usize, sessions: usize) -> usize {
+    let passes = texts.div_ceil(BATCH).next_multiple_of(sessions.max(1)).min(texts).max(1);
+    texts.div_ceil(passes).max(1)
 }
 
 fn embed_batch(session: &mut Session, tokenizer: &Tokenizer, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
@@ -195,13 +203,13 @@ fn embed_batch(session: &mut Session, tokenizer: &Tokenizer, texts: Vec<String>)
     }
 }
 
-/// Embeds in passes of [`BATCH`] texts of similar length (little of each pass is padding), the passes side by
-/// side on the idle sessions, and returns the vectors in the caller's order.
+/// Embeds in passes of at most [`BATCH`] texts of similar length (little of each pass is padding), the passes side
+/// by side on the idle sessions, and returns the vectors in the caller's order.
 async fn embed_all(loaded: &Arc<Loaded>, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| texts[i].len());
     let mut passes = tokio::task::JoinSet::new();
-    for chunk in order.chunks(BATCH) {
+    for chunk in order.chunks(pass_size(texts.len(), loaded.sessions)) {
         let (chunk, batch) = (chunk.to_vec(), chunk.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>());
         let loaded = loaded.clone();
         passes.spawn(async move {
@@ -253,5 +261,21 @@ impl Embedder for MiniLm {
             return Ok(Vec::new());
         }
         embed_all(&self.loaded().await?, texts).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BATCH, pass_size};
+
+    #[test]
+    fn passes_are_even_and_fill_every_session() {
+        // (texts, sessions) → texts per pass.
+        for (texts, sessions, size) in [(100, 2, 25), (70, 2, 18), (64, 2, 32), (200, 2, 25), (10, 2, 5), (1, 2, 1)] {
+            assert_eq!(pass_size(texts, sessions), size, "{texts} texts on {sessions} sessions");
+        }
+        assert_eq!(pass_size(33, 1), 17);
+        assert_eq!(pass_size(32, 1), 32);
+        assert!((1..500).all(|n| pass_size(n, 3) <= BATCH));
     }
 }
