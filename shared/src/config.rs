@@ -159,6 +159,8 @@ pub struct RetrievalConfig {
     pub embedding_budget_ms: u64,
     pub vector_budget_ms: u64,
     pub keyword_budget_ms: u64,
+    /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
+    pub bm25: crate::store::candidates::Bm25,
 }
 
 impl Default for RetrievalConfig {
@@ -175,6 +177,7 @@ impl Default for RetrievalConfig {
             embedding_budget_ms: 2_000,
             vector_budget_ms: 2_000,
             keyword_budget_ms: 2_000,
+            bm25: Default::default(),
         }
     }
 }
@@ -200,6 +203,21 @@ impl RetrievalConfig {
             embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
             vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
             keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
+            bm25: crate::store::candidates::Bm25 {
+                k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
+                b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,
+            },
         })
+    }
+}
+
+/// A number read like [`parsed_or`] that must lie in `range`.
+fn in_range(name: &'static str, default: f64, range: std::ops::RangeInclusive<f64>) -> Result<f64, ConfigError> {
+    let value = parsed_or(name, default)?;
+    if range.contains(&value) {
+        Ok(value)
+    } else {
+        let reason = format!("must be between {} and {}", range.start(), range.end());
+        Err(ConfigError::Invalid { name, value: value.to_string(), reason })
     }
 }

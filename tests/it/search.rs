@@ -8,7 +8,7 @@ use memory_core::{
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{CandidateExtras, KeywordSearch},
+        candidates::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
     },
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -299,12 +299,57 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         query: None,
         limit: 5,
         extras: CandidateExtras::NONE,
+        bm25: Default::default(),
     };
     let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
     let rows = store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);
+}
+
+/// The keyword branch scores with the configured BM25 parameters: with b = 0 a memory's length does not count, with
+/// b = 1 the shorter of two single matches scores higher.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keyword_scores_follow_the_configured_bm25_parameters(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let short = memory(org, "zephyr alpha").insert(&db).await;
+    let long = memory(org, "zephyr beta gamma delta epsilon theta").insert(&db).await;
+    let scope = ScopeFilter {
+        organization_id: org,
+        read_scopes: vec![Scope::Org],
+        project_id: None,
+        task_id: None,
+        agent_id: None,
+        sensitivity_gate: false,
+        include_inactive: false,
+        any_project_or_task: false,
+    };
+    let scores = |b: f64| {
+        let (db, scope) = (&db, &scope);
+        async move {
+            let search = KeywordSearch {
+                text_search_config: "memory_text",
+                text: "zephyr",
+                query: None,
+                limit: 5,
+                extras: CandidateExtras::NONE,
+                bm25: Bm25 { k1: 1.2, b },
+            };
+            let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
+            let rows = store::candidates::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await;
+            tx.commit().await.unwrap();
+            let score =
+                |id: Uuid, rows: &[CandidateRow]| rows.iter().find(|r| r.memory.id == id).unwrap().keyword_score;
+            let rows = rows.unwrap();
+            (score(short.id, &rows).unwrap(), score(long.id, &rows).unwrap())
+        }
+    };
+    let (short_flat, long_flat) = scores(0.0).await;
+    assert!((short_flat - long_flat).abs() < 1e-12, "{short_flat} vs {long_flat}");
+    let (short_normalised, long_normalised) = scores(1.0).await;
+    assert!(short_normalised > long_normalised, "{short_normalised} vs {long_normalised}");
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

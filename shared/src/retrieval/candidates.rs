@@ -12,7 +12,7 @@ use crate::{
     domain::Memory,
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{CandidateExtras, CandidateRow, KeywordSearch},
+        candidates::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
     },
 };
 
@@ -46,6 +46,7 @@ pub struct BranchSettings<'a> {
     /// Candidates kept after fusion.
     pub limit: usize,
     pub text_search_config: &'a str,
+    pub bm25: Bm25,
     /// Statement timeouts of the branches: a branch over its budget fails and the request goes on without it.
     pub vector_timeout_ms: u64,
     pub keyword_timeout_ms: u64,
@@ -93,6 +94,7 @@ pub async fn gather(
                     query,
                     limit: settings.depth,
                     extras: settings.extras,
+                    bm25: settings.bm25,
                 };
                 let rows = store::candidates::keyword_branch(&mut tx, scope, filters, &search).await?;
                 tx.commit().await?;

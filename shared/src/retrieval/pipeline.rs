@@ -98,6 +98,7 @@ impl Retriever {
             depth: self.config.branch_depth.max(request.max_results),
             limit: self.config.candidate_limit.max(request.max_results),
             text_search_config: &self.text_search_config,
+            bm25: self.config.bm25,
             vector_timeout_ms: self.config.vector_budget_ms,
             keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,

@@ -89,10 +89,20 @@ pub async fn vector_branch(
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
 pub const MAX_QUERY_TERMS: usize = 32;
-/// BM25's term-frequency saturation and length normalisation: Anserini's defaults. Over the textbook 1.2 / 0.75
-/// the modes gain on both evaluation sets, most on short conversational memories (docs/benchmarks.md).
-const BM25_K1: f64 = 0.9;
-const BM25_B: f64 = 0.4;
+/// BM25's term-frequency saturation (k1) and length normalisation (b).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bm25 {
+    pub k1: f64,
+    pub b: f64,
+}
+
+impl Default for Bm25 {
+    /// Anserini's defaults. Over the textbook 1.2 / 0.75 the modes gain on both evaluation sets, most on short
+    /// conversational memories (docs/benchmarks.md).
+    fn default() -> Self {
+        Self { k1: 0.9, b: 0.4 }
+    }
+}
 
 /// How much work one pass of the keyword branch may do.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,6 +132,7 @@ pub struct KeywordSearch<'a> {
     pub query: Option<&'a Vector>,
     pub limit: usize,
     pub extras: CandidateExtras,
+    pub bm25: Bm25,
 }
 
 #[derive(FromRow)]
@@ -176,7 +187,7 @@ async fn keyword_pass(
     search: &KeywordSearch<'_>,
     bounds: KeywordBounds,
 ) -> sqlx::Result<Vec<KeywordRow>> {
-    let KeywordSearch { text_search_config, text, query, limit, extras } = *search;
+    let KeywordSearch { text_search_config, text, query, limit, extras, bm25 } = *search;
     let mut qb = QueryBuilder::new(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
                          FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
@@ -212,19 +223,20 @@ async fn keyword_pass(
         .push("::regconfig, ")
         .push_bind(text.to_string())
         .push(") AS q), ");
-    qb.push(format!(
-        "ranked AS (\
-             SELECT p.memory_id, \
-                    sum(w.idf * p.tf * {k1p1}::float8 \
-                        / (p.tf + {k1}::float8 * ({one_b}::float8 + {b}::float8 * p.doc_length / c.avgdl))) AS bm25 \
-                    FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
-                        SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
-        k1p1 = BM25_K1 + 1.0,
-        k1 = BM25_K1,
-        one_b = 1.0 - BM25_B,
-        b = BM25_B
-    ));
-    qb.push_bind(scope.organization_id)
+    qb.push("ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
+        .push_bind(bm25.k1 + 1.0)
+        .push("::float8 / (p.tf + ")
+        .push_bind(bm25.k1)
+        .push("::float8 * (")
+        .push_bind(1.0 - bm25.b)
+        .push("::float8 + ")
+        .push_bind(bm25.b)
+        .push(
+            "::float8 * p.doc_length / c.avgdl))) AS bm25 \
+             FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
+                 SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
+        )
+        .push_bind(scope.organization_id)
         .push(" AND p.lexeme = w.lexeme ORDER BY p.tf DESC, p.doc_length, p.memory_id LIMIT ")
         .push_bind(bounds.postings_per_term)
         .push(") p GROUP BY p.memory_id HAVING bool_or(w.selective) ORDER BY bm25 DESC, p.memory_id LIMIT ")

@@ -105,6 +105,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
             query: Some(&query),
             limit: depth,
             extras: EXTRAS,
+            bm25: retriever.config().bm25,
         };
         let keyword_rows = store::candidates::keyword_branch(&mut tx, &scope, &no_filters, &search).await?;
         tx.commit().await?;
@@ -132,6 +133,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
             depth,
             limit,
             text_search_config: "memory_text",
+            bm25: retriever.config().bm25,
             vector_timeout_ms: 5000,
             keyword_timeout_ms: 5000,
             run_vector: true,
@@ -299,6 +301,7 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
             query: None,
             limit: retriever.config().branch_depth,
             extras: CandidateExtras::NONE,
+            bm25: retriever.config().bm25,
         };
         let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
         let exact = ids(store::candidates::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
