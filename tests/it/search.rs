@@ -263,6 +263,18 @@ async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolO
     assert_eq!(left, 0);
 }
 
+/// The keyword branch's search for "zephyr", five rows.
+fn zephyr_search(bm25: Bm25) -> KeywordSearch<'static> {
+    KeywordSearch {
+        text_search_config: "memory_text",
+        text: "zephyr",
+        query: None,
+        limit: 5,
+        extras: CandidateExtras::NONE,
+        bm25,
+    }
+}
+
 /// The first keyword pass ranks only the best `4 × limit` memories before the scope filter; when the filter leaves
 /// fewer than `limit`, the exact pass must find the readable memories ranked below that cut.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -293,14 +305,7 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         include_inactive: false,
         any_project_or_task: false,
     };
-    let search = KeywordSearch {
-        text_search_config: "memory_text",
-        text: "zephyr",
-        query: None,
-        limit: 5,
-        extras: CandidateExtras::NONE,
-        bm25: Default::default(),
-    };
+    let search = zephyr_search(Bm25::default());
     let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
     let rows = store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
@@ -329,14 +334,7 @@ async fn keyword_scores_follow_the_configured_bm25_parameters(opts: PgPoolOption
     let scores = |b: f64| {
         let (db, scope) = (&db, &scope);
         async move {
-            let search = KeywordSearch {
-                text_search_config: "memory_text",
-                text: "zephyr",
-                query: None,
-                limit: 5,
-                extras: CandidateExtras::NONE,
-                bm25: Bm25 { k1: 1.2, b },
-            };
+            let search = zephyr_search(Bm25 { k1: 1.2, b });
             let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
             let rows = store::candidates::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await;
             tx.commit().await.unwrap();
