@@ -22,7 +22,7 @@ use ort::{
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 use tokio::sync::{OnceCell, Semaphore};
 
-use super::{EmbedError, Embedder, weights::SharedWeights};
+use super::{EmbedError, Embedder, load_error, weights::SharedWeights};
 
 /// sentence-transformers' max_seq_length for this model.
 const MAX_WORD_PIECES: usize = 256;
@@ -36,7 +36,6 @@ const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 /// synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16
 /// word pieces (docs/benchmarks.md).
 struct Loaded {
-    sessions: usize,
     idle: Mutex<Vec<Session>>,
     /// One permit per idle session.
     permits: Semaphore,
@@ -121,10 +120,6 @@ impl MiniLm {
     }
 }
 
-fn load_error(path: &Path, e: impl std::fmt::Display) -> EmbedError {
-    EmbedError::Load(format!("{}: {e}", path.display()))
-}
-
 /// ONNX Runtime allows one environment per process: the first model directory's library serves every model. A
 /// failed attempt is not remembered, so a later one may succeed.
 fn environment(dir: &Path) -> Result<&'static Environment, EmbedError> {
@@ -170,7 +165,7 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     // Whether or not every session was built, packing is over.
     weights.release_pages();
     let idle = idle?;
-    Ok(Loaded { sessions, idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
+    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
 }
 
 /// Texts per pass: as many passes as sessions, or a multiple of them, all of about one size, so no session idles
@@ -205,11 +200,11 @@ fn embed_batch(session: &mut Session, tokenizer: &Tokenizer, texts: Vec<String>)
 
 /// Embeds in passes of at most [`BATCH`] texts of similar length (little of each pass is padding), the passes side
 /// by side on the idle sessions, and returns the vectors in the caller's order.
-async fn embed_all(loaded: &Arc<Loaded>, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+async fn embed_all(loaded: &Arc<Loaded>, sessions: usize, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| texts[i].len());
     let mut passes = tokio::task::JoinSet::new();
-    for chunk in order.chunks(pass_size(texts.len(), loaded.sessions)) {
+    for chunk in order.chunks(pass_size(texts.len(), sessions)) {
         let (chunk, batch) = (chunk.to_vec(), chunk.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>());
         let loaded = loaded.clone();
         passes.spawn(async move {
@@ -219,10 +214,8 @@ async fn embed_all(loaded: &Arc<Loaded>, texts: &[String]) -> Result<Vec<Vec<f32
     }
     let mut out = vec![Vec::new(); texts.len()];
     while let Some(pass) = passes.join_next().await {
+        // `embed_batch` returns one vector per text of its pass, or an error.
         let (chunk, vectors) = pass.map_err(|e| EmbedError::Inference(e.to_string()))??;
-        if vectors.len() != chunk.len() {
-            return Err(EmbedError::Inference(format!("{} vectors for {} texts", vectors.len(), chunk.len())));
-        }
         for (i, vector) in chunk.into_iter().zip(vectors) {
             out[i] = vector;
         }
@@ -240,27 +233,17 @@ impl Embedder for MiniLm {
         "sentence-transformers/all-MiniLM-L6-v2"
     }
 
-    /// Loads the model and runs a first pass on every session.
+    /// Loads the model and runs a first pass on every session (one text per session: one pass each).
     async fn warm_up(&self) -> Result<(), EmbedError> {
-        let loaded = self.loaded().await?;
-        let mut passes = tokio::task::JoinSet::new();
-        for _ in 0..self.sessions {
-            let loaded = loaded.clone();
-            passes.spawn(async move {
-                loaded.run(|session, tokenizer| embed_batch(session, tokenizer, vec!["warm up".into()])).await
-            });
-        }
-        while let Some(pass) = passes.join_next().await {
-            pass.map_err(|e| EmbedError::Inference(e.to_string()))??.map_err(EmbedError::Inference)?;
-        }
-        Ok(())
+        let texts = vec!["warm up".to_string(); self.sessions];
+        embed_all(&self.loaded().await?, self.sessions, &texts).await.map(drop)
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        embed_all(&self.loaded().await?, texts).await
+        embed_all(&self.loaded().await?, self.sessions, texts).await
     }
 }
 

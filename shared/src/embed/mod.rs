@@ -20,6 +20,11 @@ pub enum EmbedError {
     Unavailable(String),
 }
 
+/// A model file that could not be read, named in the error.
+fn load_error(path: &std::path::Path, e: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Load(format!("{}: {e}", path.display()))
+}
+
 /// Turns texts into unit-length vectors of a fixed dimension.
 #[async_trait]
 pub trait Embedder: Send + Sync {

@@ -24,7 +24,7 @@ use ort::{
 };
 use serde::Deserialize;
 
-use super::EmbedError;
+use super::{EmbedError, load_error};
 
 const MANIFEST: &str = "weights.json";
 
@@ -64,14 +64,14 @@ pub(super) struct SharedWeights {
 impl SharedWeights {
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let manifest = dir.join(MANIFEST);
-        let invalid = |e: &dyn std::fmt::Display| EmbedError::Load(format!("{}: {e}", manifest.display()));
+        let invalid = |e: &dyn std::fmt::Display| load_error(&manifest, e);
         let text = std::fs::read_to_string(&manifest).map_err(|e| invalid(&e))?;
         let parsed: Manifest = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
         if Path::new(&parsed.file).file_name() != Some(parsed.file.as_ref()) {
             return Err(invalid(&format_args!("{:?} is not a file name", parsed.file)));
         }
         let file = dir.join(&parsed.file);
-        let mapping = mapping(&file).map_err(|e| EmbedError::Load(format!("{}: {e}", file.display())))?;
+        let mapping = mapping(&file).map_err(|e| load_error(&file, e))?;
         if mapping.len() != parsed.bytes {
             return Err(invalid(&format_args!(
                 "written for a weights file of {} bytes, {} has {}",
@@ -94,7 +94,7 @@ impl SharedWeights {
 
     /// `builder` with every tensor as a shared initializer and the common container for packed matrices.
     pub fn share_with(&self, builder: SessionBuilder) -> Result<SessionBuilder, EmbedError> {
-        let failed = |e: &dyn std::fmt::Display| EmbedError::Load(format!("{}: {e}", self.manifest.display()));
+        let failed = |e: &dyn std::fmt::Display| load_error(&self.manifest, e);
         let mut builder = builder.with_prepacked_weights(&self.prepacked).map_err(|e| failed(&e))?;
         for (name, tensor) in &self.tensors {
             // SAFETY: a valid C string and a live tensor value. ONNX Runtime keeps its own reference to the value
@@ -163,24 +163,20 @@ fn tensor(mapping: &'static Mmap, entry: &Entry) -> Result<DynValueRef<'static>,
         .and_then(|end| mapping.get(entry.offset..end))
         .ok_or("outside the weights file")?;
     let elements = entry.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?));
-    let check_length = |element_size: usize| -> Result<(), String> {
-        if elements.and_then(|n| n.checked_mul(element_size)) == Some(bytes.len()) {
-            Ok(())
-        } else {
-            Err(format!("{} bytes for dims {:?}", bytes.len(), entry.dims))
-        }
-    };
-    let dims = entry.dims.clone();
     match entry.element {
-        Element::Float32 => {
-            check_length(4)?;
-            let values: &'static [f32] = bytemuck::try_cast_slice(bytes).map_err(|e| e.to_string())?;
-            Ok(TensorRef::from_array_view((dims, values)).map_err(|e| e.to_string())?.into_dyn())
-        }
-        Element::Float16 => {
-            check_length(2)?;
-            let values: &'static [f16] = bytemuck::try_cast_slice(bytes).map_err(|e| e.to_string())?;
-            Ok(TensorRef::from_array_view((dims, values)).map_err(|e| e.to_string())?.into_dyn())
-        }
+        Element::Float32 => view::<f32>(bytes, elements, &entry.dims),
+        Element::Float16 => view::<f16>(bytes, elements, &entry.dims),
     }
+}
+
+/// `bytes` as a tensor of `T` with `dims`, if they hold exactly `elements` of them, aligned.
+fn view<T>(bytes: &'static [u8], elements: Option<usize>, dims: &[i64]) -> Result<DynValueRef<'static>, String>
+where
+    T: bytemuck::Pod + ort::value::PrimitiveTensorElementType + std::fmt::Debug,
+{
+    if elements.and_then(|n| n.checked_mul(size_of::<T>())) != Some(bytes.len()) {
+        return Err(format!("{} bytes for dims {dims:?}", bytes.len()));
+    }
+    let values: &'static [T] = bytemuck::try_cast_slice(bytes).map_err(|e| e.to_string())?;
+    Ok(TensorRef::from_array_view((dims.to_vec(), values)).map_err(|e| e.to_string())?.into_dyn())
 }

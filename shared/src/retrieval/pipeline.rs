@@ -44,8 +44,9 @@ pub fn filter_and_rank(
     if in_subtree.len() >= MIN_TAXONOMY_MATCHES {
         let ranked = rank(&in_subtree);
         // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
-        // by itself send the query to the fallback (only then is the subset ranked a second time).
-        let best = if anchors.is_empty() {
+        // by itself send the query to the fallback (only then is the subset ranked a second time; the spec's
+        // formula ignores dates).
+        let best = if anchors.is_empty() || config.ranking == ranking::RankingFormula::Spec {
             ranked.first().map(|top| top.score)
         } else {
             ranking::rank(config.ranking, &config.weights, &in_subtree, &[], as_of, 1).first().map(|top| top.score)

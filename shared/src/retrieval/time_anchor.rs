@@ -32,12 +32,11 @@ impl TimeAnchor {
 /// Whether a memory created at `at` is of the time the query names: on one of its days (if it names any), and
 /// within all of its bounds ("after X and before Y" is the span between). True when it names none.
 pub fn of_the_time(anchors: &[TimeAnchor], at: DateTime<Utc>) -> bool {
-    let (days, bounds): (Vec<&TimeAnchor>, Vec<&TimeAnchor>) =
-        anchors.iter().partition(|a| matches!(a, TimeAnchor::On(_)));
-    (days.is_empty() || days.iter().any(|d| d.contains(at))) && bounds.iter().all(|b| b.contains(at))
+    let is_day = |a: &&TimeAnchor| matches!(a, TimeAnchor::On(_));
+    let mut days = anchors.iter().filter(is_day).peekable();
+    (days.peek().is_none() || days.any(|d| d.contains(at)))
+        && anchors.iter().filter(|a| !is_day(a)).all(|b| b.contains(at))
 }
-
-const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
 
 /// The dates named in `text`, in order.
 pub fn named(text: &str) -> Vec<TimeAnchor> {
@@ -134,8 +133,8 @@ fn month_of(token: &str) -> Option<u32> {
         "november",
         "december",
     ];
-    let index = MONTHS.iter().position(|m| token.starts_with(m))?;
-    (token.len() >= 3 && full[index].starts_with(token.trim_end_matches('.'))).then_some(index as u32 + 1)
+    // A name or an abbreviation of at least three letters ("sep", "sept", "september").
+    (token.len() >= 3).then(|| full.iter().position(|m| m.starts_with(token)))?.map(|i| i as u32 + 1)
 }
 
 #[cfg(test)]
