@@ -247,6 +247,44 @@ async fn the_same_batch_delivered_twice_changes_nothing(opts: PgPoolOptions, con
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn concurrent_batches_with_the_same_text_store_it_once(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)));
+    let ingestor = Ingestor::new(db.app.clone(), embedder);
+    // The text's lock is held here until both batches wait for it inside their transactions: without it, each
+    // would find no duplicate and store the text.
+    let mut holder = store::begin_for_org(&db.admin, org).await.unwrap();
+    let hash = memory_core::lifecycle::file_scan::content_hash(b"a fact");
+    store::ingest::lock_content_hashes(&mut holder, org, &[hash].into()).await.unwrap();
+    let release = async {
+        for _ in 0..200 {
+            let waiting: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                    .fetch_one(&db.admin)
+                    .await
+                    .unwrap();
+            if waiting == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        holder.commit().await.unwrap();
+    };
+    let first = batch(org, "b1", vec![turn("a fact")]);
+    let second = batch(org, "b2", vec![turn("a fact")]);
+    let (a, b, ()) = tokio::join!(
+        ingestor.ingest(&first, Admission::Candidate),
+        ingestor.ingest(&second, Admission::Candidate),
+        release
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.memory_ids, b.memory_ids);
+    assert_eq!((a.created + b.created, a.duplicates + b.duplicates), (1, 1));
+    assert_eq!(statuses(&db, org).await.len(), 1);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn a_message_with_a_bad_memory_is_reported_failed_and_writes_nothing(
     opts: PgPoolOptions,
     conn: PgConnectOptions,

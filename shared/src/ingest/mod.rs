@@ -9,7 +9,7 @@
 //!
 //! A bad memory refuses the whole batch with a reason naming it, and nothing is written. A batch delivered again
 //! returns the ids it got the first time; an exact duplicate of a current memory of the same readership (same
-//! content hash) is not stored again, its id is returned instead.
+//! content hash) is not stored again, its id is returned instead, also when concurrent batches carry the same text.
 
 mod gate;
 mod message;
@@ -116,15 +116,17 @@ impl Ingestor {
         for (path, id) in node_ids.iter_mut() {
             *id = store::taxonomy::ensure_path(&mut tx, org, path).await?;
         }
+        // A file-backed memory's content_hash is its file's, set by its first scan; others carry their text's,
+        // which finds exact duplicates, also those a concurrent batch is writing.
+        let hashes: Vec<Option<String>> =
+            checked.iter().map(|c| c.new.file_path.is_none().then(|| content_hash(c.new.content.as_bytes()))).collect();
+        store::ingest::lock_content_hashes(&mut tx, org, &hashes.iter().flatten().cloned().collect()).await?;
         let mut receipt = IngestReceipt { memory_ids: Vec::new(), created: 0, duplicates: 0, replayed: false };
         let mut mentions: BTreeMap<Uuid, i64> = BTreeMap::new();
         let mut near_duplicates = false;
-        for (Checked { mut new, taxonomy, entities }, vector) in checked.into_iter().zip(vectors) {
+        for ((Checked { mut new, taxonomy, entities }, vector), hash) in checked.into_iter().zip(vectors).zip(hashes) {
             let readership = Readership::of_new(&new);
-            // A file-backed memory's content_hash is its file's, set by its first scan; others carry their text's,
-            // which finds exact duplicates.
-            if new.file_path.is_none() {
-                let hash = content_hash(new.content.as_bytes());
+            if let Some(hash) = hash {
                 if let Some(existing) = store::ingest::find_duplicate(&mut tx, org, &hash, &readership).await? {
                     receipt.memory_ids.push(existing);
                     receipt.duplicates += 1;

@@ -1,5 +1,7 @@
 //! What ingestion reads and writes besides memories: the record of ingested batches, exact duplicates by content
-//! hash, and near-duplicate neighbours for the dedup pre-screen, each within one readership.
+//! hash (and the locks that keep concurrent batches from writing one twice), and near-duplicate neighbours for the dedup pre-screen, each within one readership.
+
+use std::collections::BTreeSet;
 
 use pgvector::Vector;
 use sqlx::{PgConnection, QueryBuilder};
@@ -54,6 +56,26 @@ pub async fn complete_batch(
         .execute(conn)
         .await
         .map(|_| ())
+}
+
+/// Holds, until the transaction ends, the organisation's lock on each of these content hashes, taken in sorted
+/// order so that batches sharing texts queue instead of deadlocking. A batch that then finds no duplicate of a
+/// text knows no concurrent batch is writing it.
+pub async fn lock_content_hashes(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    content_hashes: &BTreeSet<String>,
+) -> sqlx::Result<()> {
+    let hashes: Vec<&str> = content_hashes.iter().map(String::as_str).collect();
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended($1::text || '/' || h, 0))) \
+         FROM (SELECT h FROM unnest($2::text[]) h ORDER BY h) sorted",
+    )
+    .bind(organization_id)
+    .bind(hashes)
+    .execute(conn)
+    .await
+    .map(|_| ())
 }
 
 /// Appends "the memory `m` has exactly this readership".
