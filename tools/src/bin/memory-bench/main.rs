@@ -17,9 +17,10 @@ mod report;
 mod retrieval;
 mod workload;
 
-use std::{path::PathBuf, time::Instant};
+use std::{path::PathBuf, sync::Arc, time::Instant};
 
 use clap::Parser;
+use memory_core::embed::MiniLm;
 use memory_tools::plot;
 
 use report::{Report, SizeReport};
@@ -72,7 +73,8 @@ async fn main() -> anyhow::Result<()> {
         last = Some((db, corpus));
     }
 
-    let embed_ms = model::embed_latency(&args).await?;
+    let minilm = Arc::new(MiniLm::new(&args.model_dir)?);
+    let embed_ms = model::embed_latency(&args, &minilm).await?;
     let e = &embed_ms.up_to_32;
     println!("query embedding (MiniLM, in process), up to 32 word pieces: p50 {:.2} ms, p95 {:.2} ms", e.p50, e.p95);
     for b in &embed_ms.by_length {
@@ -81,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
             b.word_pieces, b.queries, b.ms.p50, b.ms.p95
         );
     }
-    let ingest_per_s = model::ingest_rate(&args).await?;
+    let ingest_per_s = model::ingest_rate(&args, minilm).await?;
     println!(
         "ingest through Ingestor: {:.0} one-sentence memories/s ({:.0} word pieces), {:.0} paragraphs/s ({:.0} word pieces)",
         ingest_per_s.sentence_per_s,

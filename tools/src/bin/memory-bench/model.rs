@@ -28,8 +28,7 @@ const BUCKETS: [(usize, usize); 4] = [(1, 8), (9, 16), (17, 32), (33, 64)];
 
 /// Embeds 400 queries one at a time (after 20 warm-up ones): the corpus's query texts, one to four joined, so
 /// lengths spread over the buckets.
-pub async fn embed_latency(args: &Args) -> anyhow::Result<EmbedReport> {
-    let model = MiniLm::new(&args.model_dir)?;
+pub async fn embed_latency(args: &Args, model: &MiniLm) -> anyhow::Result<EmbedReport> {
     let tokenizer = word_piece_counter(args)?;
     let corpus = Corpus::plan(1000, args.seed);
     let mut rng = StdRng::seed_from_u64(args.seed);
@@ -60,11 +59,10 @@ pub async fn embed_latency(args: &Args) -> anyhow::Result<EmbedReport> {
     Ok(EmbedReport { up_to_32: Percentiles::of(&within(1, 32)), by_length, word_pieces: Percentiles::of(&lengths) })
 }
 
-/// Ingests one-sentence and one-paragraph memories through `Ingestor` (model loaded beforehand) into a scratch
-/// database, in batches of the message's maximum.
-pub async fn ingest_rate(args: &Args) -> anyhow::Result<IngestReport> {
+/// Ingests one-sentence and one-paragraph memories through `Ingestor` (every session warmed up beforehand) into a
+/// scratch database, in batches of the message's maximum.
+pub async fn ingest_rate(args: &Args, model: Arc<MiniLm>) -> anyhow::Result<IngestReport> {
     let db = scratch::recreate("memory_bench_ingest", 4).await?;
-    let model = Arc::new(MiniLm::new(&args.model_dir)?);
     model.warm_up().await?;
     let tokenizer = word_piece_counter(args)?;
     let ingestor = Ingestor::new(db.admin.clone(), model);
