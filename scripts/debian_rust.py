@@ -82,7 +82,8 @@ def main() -> None:
             sys.exit(f"[package] {target_arch} standard library {target_std['Version']} is not rustc {version}")
         tree = root / "tree"
         for fields in (rustc, std_dev, driver, llvm, target_std):
-            print(f"[package] fetching {fields['Package']} {fields['Version']} ({fields['Architecture']})", file=sys.stderr)
+            label = f"{fields['Package']} {fields['Version']} ({fields['Architecture']})"
+            print(f"[package] fetching {label}", file=sys.stderr)
             unpack(fields, tree)
         wrapper.write_text(
             "#!/bin/sh\n"
