@@ -19,14 +19,15 @@ esac
 "$ROOT/scripts/stack.sh" install
 # The target's standard library: rustup's when installed or installable; otherwise, on Debian, the cross toolchain
 # from Debian's archive (scripts/debian_rust.py), used through RUSTC.
-if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]] && ! rustup target add "$TRIPLE" >/dev/null 2>&1; then
-    if [[ ! -f /etc/debian_version || "$(uname -m)" != x86_64 ]]; then
+if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]] && ! rustup target add "$TRIPLE" >&2; then
+    if ! grep -qx 'ID=debian' /etc/os-release 2>/dev/null || [[ "$(uname -m)" != x86_64 ]]; then
         echo "[package] the Rust standard library for $TRIPLE is not installed: rustup target add $TRIPLE" >&2
         echo "          (or package for x86_64: ARCH=x86_64 make package)" >&2
         exit 1
     fi
     echo "[package] rustup cannot add $TRIPLE here: using Debian's rustc-web and its $TRIPLE standard library" >&2
     RUSTC="$("$VENV/bin/python" "$ROOT/scripts/debian_rust.py" "$ROOT/.local/rust-debian" "${ARCH/x86_64/amd64}")"
+    "$RUSTC" --version >&2
     export RUSTC
 fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements-package.txt"

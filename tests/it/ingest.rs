@@ -258,27 +258,32 @@ async fn concurrent_batches_with_the_same_text_store_it_once(opts: PgPoolOptions
     let hash = memory_core::lifecycle::file_scan::content_hash(b"a fact");
     store::ingest::lock_content_hashes(&mut holder, org, &[hash].into()).await.unwrap();
     let release = async {
+        let mut waiting: i64 = 0;
         for _ in 0..200 {
-            let waiting: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-                    .fetch_one(&db.admin)
-                    .await
-                    .unwrap();
-            if waiting == 2 {
+            waiting = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+            if waiting >= 2 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         holder.commit().await.unwrap();
+        waiting
     };
     let first = batch(org, "b1", vec![turn("a fact")]);
     let second = batch(org, "b2", vec![turn("a fact")]);
-    let (a, b, ()) = tokio::join!(
+    let (a, b, waiting) = tokio::join!(
         ingestor.ingest(&first, Admission::Candidate),
         ingestor.ingest(&second, Admission::Candidate),
         release
     );
     let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(waiting, 2, "both batches waited for the text's lock");
     assert_eq!(a.memory_ids, b.memory_ids);
     assert_eq!((a.created + b.created, a.duplicates + b.duplicates), (1, 1));
     assert_eq!(statuses(&db, org).await.len(), 1);

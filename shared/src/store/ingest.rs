@@ -1,5 +1,6 @@
 //! What ingestion reads and writes besides memories: the record of ingested batches, exact duplicates by content
-//! hash (and the locks that keep concurrent batches from writing one twice), and near-duplicate neighbours for the dedup pre-screen, each within one readership.
+//! hash (and the locks that keep concurrent batches from writing one twice), and near-duplicate neighbours for the
+//! dedup pre-screen, each within one readership.
 
 use std::collections::BTreeSet;
 
@@ -58,18 +59,21 @@ pub async fn complete_batch(
         .map(|_| ())
 }
 
-/// Holds, until the transaction ends, the organisation's lock on each of these content hashes, taken in sorted
-/// order so that batches sharing texts queue instead of deadlocking. A batch that then finds no duplicate of a
+/// Holds, until the transaction ends, the organisation's lock on each of these content hashes, taken in the
+/// order of the lock keys so that batches sharing texts queue instead of deadlocking. A batch that then finds no duplicate of a
 /// text knows no concurrent batch is writing it.
 pub async fn lock_content_hashes(
     conn: &mut PgConnection,
     organization_id: Uuid,
     content_hashes: &BTreeSet<String>,
 ) -> sqlx::Result<()> {
+    if content_hashes.is_empty() {
+        return Ok(());
+    }
     let hashes: Vec<&str> = content_hashes.iter().map(String::as_str).collect();
     sqlx::query(
-        "SELECT count(pg_advisory_xact_lock(hashtextextended($1::text || '/' || h, 0))) \
-         FROM (SELECT h FROM unnest($2::text[]) h ORDER BY h) sorted",
+        "SELECT count(pg_advisory_xact_lock(k)) \
+         FROM (SELECT DISTINCT hashtextextended($1::text || '/' || h, 0) AS k FROM unnest($2::text[]) h ORDER BY k) keys",
     )
     .bind(organization_id)
     .bind(hashes)
