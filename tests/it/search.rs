@@ -264,15 +264,20 @@ async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolO
 }
 
 /// The keyword branch's search for "zephyr", five rows.
-fn zephyr_search(bm25: Bm25) -> KeywordSearch<'static> {
-    KeywordSearch {
+/// The keyword branch's rows for "zephyr" (at most 5) under `scope`, scored with `bm25`.
+async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateRow> {
+    let search = KeywordSearch {
         text_search_config: "memory_text",
         text: "zephyr",
         query: None,
         limit: 5,
         extras: CandidateExtras::NONE,
         bm25,
-    }
+    };
+    let mut tx = store::begin_keyword_search(&db.app, scope.organization_id, 5_000).await.unwrap();
+    let rows = store::candidates::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
+    tx.commit().await.unwrap();
+    rows
 }
 
 /// The first keyword pass ranks only the best `4 × limit` memories before the scope filter; when the filter leaves
@@ -305,10 +310,7 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
         include_inactive: false,
         any_project_or_task: false,
     };
-    let search = zephyr_search(Bm25::default());
-    let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
-    let rows = store::candidates::keyword_branch(&mut tx, &scope, &SearchFilters::default(), &search).await.unwrap();
-    tx.commit().await.unwrap();
+    let rows = zephyr_rows(&db, &scope, Bm25::default()).await;
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);
 }
@@ -331,18 +333,10 @@ async fn keyword_scores_follow_the_configured_bm25_parameters(opts: PgPoolOption
         include_inactive: false,
         any_project_or_task: false,
     };
-    let scores = |b: f64| {
-        let (db, scope) = (&db, &scope);
-        async move {
-            let search = zephyr_search(Bm25 { k1: 1.2, b });
-            let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
-            let rows = store::candidates::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await;
-            tx.commit().await.unwrap();
-            let score =
-                |id: Uuid, rows: &[CandidateRow]| rows.iter().find(|r| r.memory.id == id).unwrap().keyword_score;
-            let rows = rows.unwrap();
-            (score(short.id, &rows).unwrap(), score(long.id, &rows).unwrap())
-        }
+    let scores = async |b: f64| {
+        let rows = zephyr_rows(&db, &scope, Bm25 { k1: 1.2, b }).await;
+        let score = |id: Uuid| rows.iter().find(|r| r.memory.id == id).unwrap().keyword_score.unwrap();
+        (score(short.id), score(long.id))
     };
     let (short_flat, long_flat) = scores(0.0).await;
     assert!((short_flat - long_flat).abs() < 1e-12, "{short_flat} vs {long_flat}");

@@ -96,6 +96,21 @@ impl Retriever {
         &self.config
     }
 
+    /// Stage 1 as configured for a request of `max_results`: both branches, no extras.
+    fn branch_settings(&self, max_results: usize) -> candidates::BranchSettings<'_> {
+        candidates::BranchSettings {
+            depth: self.config.branch_depth.max(max_results),
+            limit: self.config.candidate_limit.max(max_results),
+            text_search_config: &self.text_search_config,
+            bm25: self.config.bm25,
+            vector_timeout_ms: self.config.vector_budget_ms,
+            keyword_timeout_ms: self.config.keyword_budget_ms,
+            run_vector: true,
+            run_keyword: true,
+            extras: store::candidates::CandidateExtras::NONE,
+        }
+    }
+
     /// The Stage 1 predicate for a principal: read scopes from the agent's stored profile (an agent without a
     /// profile reads only `org`; a non-agent caller reads all shared scopes but no agent's private memories).
     pub async fn scope_filter(

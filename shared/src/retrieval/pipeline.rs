@@ -95,17 +95,7 @@ impl Retriever {
         };
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
-        let settings = BranchSettings {
-            depth: self.config.branch_depth.max(request.max_results),
-            limit: self.config.candidate_limit.max(request.max_results),
-            text_search_config: &self.text_search_config,
-            bm25: self.config.bm25,
-            vector_timeout_ms: self.config.vector_budget_ms,
-            keyword_timeout_ms: self.config.keyword_budget_ms,
-            run_vector: true,
-            run_keyword: true,
-            extras,
-        };
+        let settings = BranchSettings { extras, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
         let set = candidates::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);

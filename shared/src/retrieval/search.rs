@@ -9,10 +9,7 @@ use super::{
     candidates::{self, BranchSettings, Candidate},
     fusion::{self, Fusion},
 };
-use crate::store::{
-    self,
-    candidates::{CandidateExtras, CandidateRow},
-};
+use crate::store::{self, candidates::CandidateRow};
 
 /// Score multiplier per entity hop of graph expansion.
 pub const HOP_DECAY: f64 = 0.5;
@@ -60,17 +57,8 @@ impl Retriever {
             };
             // Degraded retrieval: without embeddings a vector search becomes a keyword search.
             let run_keyword = wants_keyword || query_vector.is_none();
-            let settings = BranchSettings {
-                depth: self.config.branch_depth.max(request.max_results),
-                limit: self.config.candidate_limit.max(request.max_results),
-                text_search_config: &self.text_search_config,
-                bm25: self.config.bm25,
-                vector_timeout_ms: self.config.vector_budget_ms,
-                keyword_timeout_ms: self.config.keyword_budget_ms,
-                run_vector: wants_vector,
-                run_keyword,
-                extras: CandidateExtras::NONE,
-            };
+            let settings =
+                BranchSettings { run_vector: wants_vector, run_keyword, ..self.branch_settings(request.max_results) };
             let set = candidates::gather(
                 &self.pool,
                 &scope,
