@@ -7,7 +7,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ARCH="${ARCH:-arm64}"
-FUNCTIONS=(retrieve ingest dedup contradiction synthesis file-scan scheduler)
 VENV="$ROOT/.local/venv"
 
 case "$ARCH" in
@@ -17,27 +16,31 @@ x86_64) TRIPLE=x86_64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_x86_64 ;;
 esac
 
 "$ROOT/scripts/stack.sh" install
-# The target's standard library: rustup's when installed or installable; otherwise, on Debian, the cross toolchain
-# from Debian's archive (scripts/debian_rust.py), used through RUSTC.
+# The target's standard library: rustup's when installed or installable; otherwise, on Debian as root, Debian's
+# current Rust (rustc-web) with the target's standard library, installed and verified by apt.
 if [[ ! -d "$(rustc --print sysroot)/lib/rustlib/$TRIPLE" ]] && ! rustup target add "$TRIPLE" >&2; then
-    if ! grep -qx 'ID=debian' /etc/os-release 2>/dev/null || [[ "$(uname -m)" != x86_64 ]]; then
+    DEB_ARCH="${ARCH/x86_64/amd64}"
+    if ! grep -qx 'ID=debian' /etc/os-release 2>/dev/null || [[ "$(id -u)" != 0 ]]; then
         echo "[package] the Rust standard library for $TRIPLE is not installed: rustup target add $TRIPLE" >&2
         echo "          (or package for x86_64: ARCH=x86_64 make package)" >&2
         exit 1
     fi
-    echo "[package] rustup cannot add $TRIPLE here: using Debian's rustc-web and its $TRIPLE standard library" >&2
-    RUSTC="$("$VENV/bin/python" "$ROOT/scripts/debian_rust.py" "$ROOT/.local/rust-debian" "${ARCH/x86_64/amd64}")"
+    echo "[package] rustup cannot add $TRIPLE here: installing Debian's rustc-web with its $DEB_ARCH standard library" >&2
+    dpkg --add-architecture "$DEB_ARCH"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends rustc-web "libstd-rust-web-dev:$DEB_ARCH" >&2
+    export RUSTC=/usr/bin/rustc
     "$RUSTC" --version >&2
-    export RUSTC
 fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements-package.txt"
 export PATH="$VENV/bin:$PATH"   # cargo-lambda, and zig (from the ziglang package) as its linker
 
 cd "$ROOT"
-packages=()
-for f in "${FUNCTIONS[@]}"; do packages+=(-p "$f"); done
-echo "[package] building ${FUNCTIONS[*]} for $TRIPLE (release, LTO: this takes a while)" >&2
-cargo-lambda lambda build --release "--${ARCH/_/-}" --output-format zip --lambda-dir "$ROOT/target/lambda" "${packages[@]}"
+# Every binary of these crates is a function: the API, one per job type (functions/workers/src/bin), the scheduler.
+echo "[package] building retrieve, the workers and the scheduler for $TRIPLE (release, LTO: this takes a while)" >&2
+rm -rf "$ROOT/target/lambda"
+cargo-lambda lambda build --release "--${ARCH/_/-}" --output-format zip --lambda-dir "$ROOT/target/lambda" \
+    -p retrieve -p workers -p scheduler
 
 # The model as a layer: the local model directory, with the ONNX Runtime library of the target architecture.
 model_dir="$ROOT/.local/model"
@@ -69,5 +72,8 @@ with zipfile.ZipFile(out, "w") as z:
     add(z, "libonnxruntime.so", wheel.read(library), 0o755)
 PY
 echo "[package] $ARCH packages:"
-for f in "${FUNCTIONS[@]}"; do ls -l "$ROOT/target/lambda/$f/bootstrap.zip" | awk -v f="$f" '{printf "  %-14s %6.1f MB\n", f, $5/1048576}'; done
+for zip in "$ROOT"/target/lambda/*/bootstrap.zip; do
+    f="$(basename "$(dirname "$zip")")"
+    ls -l "$zip" | awk -v f="$f" '{printf "  %-14s %6.1f MB\n", f, $5/1048576}'
+done
 ls -l "$ROOT/target/lambda-layers/minilm.zip" | awk '{printf "  %-14s %6.1f MB (layer)\n", "minilm", $5/1048576}'

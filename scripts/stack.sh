@@ -98,6 +98,16 @@ outside_dir() {
 
 pg_running() { as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; }
 
+# Stops with one line naming who holds 127.0.0.1:<port> (typically another checkout's stack), if anyone does.
+ensure_port_free() { # port, the variable that moves it, what wants it
+    local pid holder
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || return 0
+    pid="$(ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)"
+    holder="$([[ -n "$pid" ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-160)"
+    log "$3 cannot listen on 127.0.0.1:$1, held by ${holder:-another process}: run 'make stop' in the checkout it belongs to, or set $2 to a free port"
+    exit 1
+}
+
 start_postgres() {
     resolve_pg_paths
     if [[ ! -f "$PG_DATA/PG_VERSION" ]]; then
@@ -111,6 +121,7 @@ start_postgres() {
     if pg_running; then
         log "PostgreSQL already running on 127.0.0.1:$PG_PORT"
     else
+        ensure_port_free "$PG_PORT" MEMORY_PG_PORT PostgreSQL
         log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
             -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-256MB} -c fsync=off -c synchronous_commit=off" \
@@ -132,10 +143,14 @@ stop_postgres() {
 
 moto_running() { curl -fsS -o /dev/null "http://127.0.0.1:$MOTO_PORT/moto-api/" 2>/dev/null; }
 
+# Whether the moto answering on the port is the one this checkout started.
+own_moto() { [[ -f "$LOCAL/moto.pid" ]] && kill -0 "$(cat "$LOCAL/moto.pid")" 2>/dev/null; }
+
 start_moto() {
-    if moto_running; then
+    if moto_running && own_moto; then
         log "moto already running on 127.0.0.1:$MOTO_PORT"
     else
+        ensure_port_free "$MOTO_PORT" MEMORY_MOTO_PORT moto
         log "starting moto (SQS, EventBridge) on 127.0.0.1:$MOTO_PORT"
         nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$MOTO_PORT" >"$LOCAL/moto.log" 2>&1 &
         echo $! >"$LOCAL/moto.pid"

@@ -10,11 +10,10 @@ use std::{
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use memory_core::{
-    config::RetrievalConfig,
     domain::{Memory, MemoryType, NewMemory, Scope},
     embed::{EmbedError, Embedder, MiniLm},
     llm::Llm,
-    retrieval::Retriever,
+    retrieval::{RetrievalConfig, Retriever},
     store,
 };
 use sqlx::{
@@ -116,7 +115,7 @@ pub fn axis(i: usize) -> Vec<f32> {
 }
 
 pub fn retriever(db: &Db, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Retriever {
-    Retriever::new(db.app.clone(), embedder, llm, RetrievalConfig::default())
+    Retriever::new(db.app.clone(), embedder, llm, RetrievalConfig::spec())
 }
 
 /// Builder for a memory fixture.

@@ -4,7 +4,10 @@ use std::{path::PathBuf, str::FromStr, time::Duration};
 
 use secrecy::SecretString;
 
-use crate::retrieval::ranking::RankingWeights;
+/// The default time budgets of model calls: a background job's (embedding, LLM; its message is retried when
+/// over) and a request's LLM classification (over it, the request goes on with rules).
+pub const DEFAULT_WORKER_MODEL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_REQUEST_LLM_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -122,7 +125,10 @@ impl LlmConfig {
         match parsed_or("MEMORY_LLM", "bedrock".to_string())?.as_str() {
             "bedrock" => Ok(Self::Bedrock {
                 model_id: parsed_or("MEMORY_LLM_MODEL_ID", "anthropic.claude-3-5-haiku-20241022-v1:0".to_string())?,
-                timeout: Duration::from_millis(parsed_or("MEMORY_LLM_TIMEOUT_MS", 2000)?),
+                timeout: Duration::from_millis(parsed_or(
+                    "MEMORY_LLM_TIMEOUT_MS",
+                    DEFAULT_REQUEST_LLM_TIMEOUT.as_millis() as u64,
+                )?),
             }),
             "none" => Ok(Self::Disabled),
             "offline" => Ok(Self::Offline),
@@ -135,84 +141,8 @@ impl LlmConfig {
     }
 }
 
-/// Tunables of the retrieval pipeline; the defaults are the spec's values.
-#[derive(Debug, Clone)]
-pub struct RetrievalConfig {
-    /// The Stage 4 formula (`MEMORY_RANKING`: `spec` or `relevance`).
-    pub ranking: crate::retrieval::ranking::RankingFormula,
-    pub weights: RankingWeights,
-    /// Stage 1 candidate count (nearest neighbours and keyword matches, fused).
-    pub candidate_limit: usize,
-    /// Rows each Stage 1 branch contributes (vector neighbours; keyword matches). 50 scored as well as 100 on
-    /// SciFact and REALTALK and cut the 1M benchmark's end-to-end p95 by 10-20% (docs/benchmarks.md).
-    pub branch_depth: usize,
-    /// Largest max_results a caller may ask for.
-    pub max_results_cap: usize,
-    /// Below this top score the taxonomy filter is dropped and the full candidate set re-ranked.
-    pub min_top_score: f64,
-    /// Sessions whose cooldown state is kept per warm instance (least recently used are dropped).
-    pub cooldown_sessions: usize,
-    /// Bytes of query embeddings kept in process (per organisation and text).
-    pub query_cache_bytes: usize,
-    /// Time budgets: the query embedding, and each search branch's statement timeout. Over budget, a request goes
-    /// on degraded (keyword only, or without the branch) rather than slower.
-    pub embedding_budget_ms: u64,
-    pub vector_budget_ms: u64,
-    pub keyword_budget_ms: u64,
-    /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
-    pub bm25: crate::store::candidates::Bm25,
-}
-
-impl Default for RetrievalConfig {
-    fn default() -> Self {
-        Self {
-            ranking: Default::default(),
-            weights: RankingWeights::default(),
-            candidate_limit: 500,
-            branch_depth: 50,
-            max_results_cap: 100,
-            min_top_score: 0.35,
-            cooldown_sessions: 10_000,
-            query_cache_bytes: 8 << 20,
-            embedding_budget_ms: 2_000,
-            vector_budget_ms: 2_000,
-            keyword_budget_ms: 2_000,
-            bm25: Default::default(),
-        }
-    }
-}
-
-impl RetrievalConfig {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let d = Self::default();
-        Ok(Self {
-            // The service ranks by relevance unless told otherwise: on SciFact and REALTALK it scores as hybrid search
-            // does, where the spec's formula trails it (docs/benchmarks.md); `Default` keeps the spec's formula.
-            ranking: parsed_or("MEMORY_RANKING", crate::retrieval::ranking::RankingFormula::Relevance)?,
-            weights: RankingWeights {
-                cosine: parsed_or("MEMORY_RANK_WEIGHT_COSINE", d.weights.cosine)?,
-                recency: parsed_or("MEMORY_RANK_WEIGHT_RECENCY", d.weights.recency)?,
-                confidence: parsed_or("MEMORY_RANK_WEIGHT_CONFIDENCE", d.weights.confidence)?,
-            },
-            candidate_limit: parsed_or("MEMORY_CANDIDATE_LIMIT", d.candidate_limit)?,
-            branch_depth: parsed_or("MEMORY_BRANCH_DEPTH", d.branch_depth)?,
-            max_results_cap: parsed_or("MEMORY_MAX_RESULTS_CAP", d.max_results_cap)?,
-            min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
-            cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,
-            query_cache_bytes: parsed_or("MEMORY_QUERY_CACHE_BYTES", d.query_cache_bytes)?,
-            embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
-            vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
-            keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
-            bm25: crate::store::candidates::Bm25 {
-                k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
-                b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,
-            },
-        })
-    }
-}
-
 /// A number read like [`parsed_or`] that must lie in `range`.
-fn in_range(name: &'static str, default: f64, range: std::ops::RangeInclusive<f64>) -> Result<f64, ConfigError> {
+pub fn in_range(name: &'static str, default: f64, range: std::ops::RangeInclusive<f64>) -> Result<f64, ConfigError> {
     let value = parsed_or(name, default)?;
     if range.contains(&value) {
         Ok(value)

@@ -35,6 +35,29 @@ impl JobType {
         }
     }
 
+    /// The environment variable naming the URL of this job's queue (for its producers and the local runner).
+    pub fn queue_variable(self) -> &'static str {
+        match self {
+            Self::MemoryIngest => "MEMORY_INGEST_QUEUE_URL",
+            Self::MemoryDedupReview => "MEMORY_DEDUP_QUEUE_URL",
+            Self::MemoryContradictionCheck => "MEMORY_CONTRADICTION_QUEUE_URL",
+            Self::MemoryEntitySynthesis => "MEMORY_SYNTHESIS_QUEUE_URL",
+            Self::MemoryFileScan => "MEMORY_FILE_SCAN_QUEUE_URL",
+        }
+    }
+
+    /// The worker function consuming this job's queue: its binary, its package under `target/lambda/`, and the
+    /// suffix of its queue's name (`memory-<function>`).
+    pub fn function(self) -> &'static str {
+        match self {
+            Self::MemoryIngest => "ingest",
+            Self::MemoryDedupReview => "dedup",
+            Self::MemoryContradictionCheck => "contradiction",
+            Self::MemoryEntitySynthesis => "synthesis",
+            Self::MemoryFileScan => "file-scan",
+        }
+    }
+
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.as_str() == text)
     }

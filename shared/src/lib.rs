@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod lifecycle;
 pub mod llm;
+pub mod outbox;
 pub mod retrieval;
 pub mod secrets;
 pub mod services;

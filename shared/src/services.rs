@@ -7,7 +7,7 @@ use anyhow::Context;
 use sqlx::PgPool;
 
 use crate::{
-    config::{EmbedderConfig, LlmConfig},
+    config::{DEFAULT_REQUEST_LLM_TIMEOUT, DEFAULT_WORKER_MODEL_TIMEOUT, EmbedderConfig, LlmConfig},
     db,
     embed::{self, Embedder, MiniLm, TitanEmbedder},
     llm::{BedrockLlm, Llm},
@@ -52,11 +52,13 @@ impl Services {
             LlmConfig::Bedrock { model_id, timeout } => {
                 (Some(Arc::new(BedrockLlm::new(bedrock.context("Bedrock client")?, model_id))), timeout)
             }
-            LlmConfig::Disabled => (None, Duration::from_secs(2)),
-            LlmConfig::Offline => (Some(Arc::new(crate::llm::OfflineLlm)), Duration::from_secs(2)),
+            LlmConfig::Disabled => (None, DEFAULT_REQUEST_LLM_TIMEOUT),
+            LlmConfig::Offline => (Some(Arc::new(crate::llm::OfflineLlm)), DEFAULT_REQUEST_LLM_TIMEOUT),
         };
-        let worker_model_timeout =
-            Duration::from_millis(crate::config::parsed_or("MEMORY_WORKER_MODEL_TIMEOUT_MS", 30_000)?);
+        let worker_model_timeout = Duration::from_millis(crate::config::parsed_or(
+            "MEMORY_WORKER_MODEL_TIMEOUT_MS",
+            DEFAULT_WORKER_MODEL_TIMEOUT.as_millis() as u64,
+        )?);
         Ok(Self { pool, embedder, llm, llm_timeout, worker_model_timeout })
     }
 

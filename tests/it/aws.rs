@@ -3,12 +3,12 @@
 
 use std::{sync::Arc, time::Duration};
 
+use aws_edge::relay::EventBridgeSink;
 use integration_tests::{Db, memory};
 use memory_core::{
-    lifecycle::outbox::OutboxRelay,
+    outbox::OutboxRelay,
     store::{self, transitions},
 };
-use outbox_relay::EventBridgeSink;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
@@ -73,7 +73,7 @@ async fn queue_for_events_of(sdk: &aws_config::SdkConfig, org: Uuid) -> String {
     let attributes = sqs.get_queue_attributes().queue_url(&url).attribute_names(arn_name.clone()).send().await.unwrap();
     let arn = attributes.attributes.unwrap()[&arn_name].clone();
     let events = aws_sdk_eventbridge::Client::new(sdk);
-    let pattern = serde_json::json!({"source": [outbox_relay::SOURCE], "detail": {"organization_id": [org]}});
+    let pattern = serde_json::json!({"source": [aws_edge::relay::SOURCE], "detail": {"organization_id": [org]}});
     events.put_rule().name(&name).event_bus_name(bus()).event_pattern(pattern.to_string()).send().await.unwrap();
     let target = aws_sdk_eventbridge::types::Target::builder().id("queue").arn(arn).build().unwrap();
     events.put_targets().rule(&name).event_bus_name(bus()).targets(target).send().await.unwrap();
@@ -125,7 +125,7 @@ async fn outbox_events_reach_the_bus_and_wait_in_the_outbox_while_it_is_unreacha
         let batch = sqs.receive_message().queue_url(&queue).max_number_of_messages(10).send().await.unwrap();
         for message in batch.messages() {
             let event: serde_json::Value = serde_json::from_str(message.body().unwrap()).unwrap();
-            assert_eq!(event["source"], outbox_relay::SOURCE);
+            assert_eq!(event["source"], aws_edge::relay::SOURCE);
             received.push(event["detail"]["outbox_id"].as_str().unwrap().to_string());
         }
         if received.len() >= 2 {

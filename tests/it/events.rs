@@ -4,6 +4,8 @@
 
 use std::{path::PathBuf, sync::Arc};
 
+use aws_edge::relay::{EventBridgeSink, SqsJobSink};
+use aws_edge::sqs::JobHandler;
 use aws_lambda_events::event::sqs::SqsEvent;
 use axum::http::StatusCode;
 use integration_tests::{Db, memory, minilm, retriever};
@@ -13,15 +15,13 @@ use memory_core::{
         contradiction::ContradictionDetector,
         dedup::Deduper,
         file_scan::{DirectoryReader, FileScanner},
-        outbox::OutboxRelay,
         synthesis::EntitySynthesizer,
     },
     llm::OfflineLlm,
+    outbox::OutboxRelay,
     store,
 };
-use outbox_relay::{EventBridgeSink, SqsJobSink};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqs_worker::JobHandler;
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -36,7 +36,7 @@ fn events_dir() -> PathBuf {
 
 /// Applies an SQS sample with a worker; returns the ids of the records that failed.
 async fn drive<H: JobHandler>(handler: &H, event: SqsEvent) -> Vec<String> {
-    let response = sqs_worker::process(handler, None, event).await.expect("every record has an id");
+    let response = aws_edge::sqs::process(handler, None, event).await.expect("every record has an id");
     response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
 }
 
@@ -101,21 +101,21 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
             let queue = event.records[0].event_source_arn.as_deref().unwrap().rsplit(':').next().unwrap().to_string();
             let pool = db.app.clone();
             let failed = match queue.as_str() {
-                "memory-ingest" => drive(&ingest::Worker::over(pool, minilm()), event).await,
+                "memory-ingest" => drive(&workers::ingest::Worker::over(pool, minilm()), event).await,
                 "memory-dedup" => {
-                    drive(&dedup::Worker::with(pool, Deduper::new(Arc::new(OfflineLlm), None)), event).await
+                    drive(&workers::dedup::Worker::with(pool, Deduper::new(Arc::new(OfflineLlm), None)), event).await
                 }
                 "memory-contradiction" => {
                     let detector = ContradictionDetector::new(Arc::new(OfflineLlm));
-                    drive(&contradiction::Worker::with(pool, detector), event).await
+                    drive(&workers::contradiction::Worker::with(pool, detector), event).await
                 }
                 "memory-synthesis" => {
                     let synthesizer = EntitySynthesizer::new(Arc::new(OfflineLlm), None);
-                    drive(&synthesis::Worker::with(pool, synthesizer), event).await
+                    drive(&workers::synthesis::Worker::with(pool, synthesizer), event).await
                 }
                 "memory-file-scan" => {
                     let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&repos)), None);
-                    drive(&file_scan::Worker::with(pool, scanner), event).await
+                    drive(&workers::file_scan::Worker::with(pool, scanner), event).await
                 }
                 other => panic!("{name}: no worker for queue {other}"),
             };

@@ -11,9 +11,8 @@ use axum::{
 use http_body_util::BodyExt;
 use integration_tests::{DIM, Db, FixedEmbedder, axis, memory, retriever};
 use memory_core::{
-    config::RetrievalConfig,
     embed::{EmbedError, Embedder},
-    retrieval::Retriever,
+    retrieval::{RetrievalConfig, Retriever},
 };
 use retrieve::{
     AppState, Authenticator, Claims,
@@ -206,9 +205,8 @@ mod cooldown_across_instances {
     use std::collections::HashMap;
 
     use integration_tests::{Db, FixedEmbedder, memory, vector_with_similarity};
-    use memory_core::{
-        config::RetrievalConfig,
-        retrieval::{RetrievalMode, RetrievalRequest, Retriever, SessionTurn, cooldown_token::TokenKey},
+    use memory_core::retrieval::{
+        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SessionTurn, cooldown_token::TokenKey,
     };
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
     use std::sync::Arc;
@@ -253,7 +251,7 @@ mod cooldown_across_instances {
         let key = TokenKey::from_secret(b"the key every instance of the deployment shares").unwrap();
         let instance = || {
             let embedder = Arc::new(FixedEmbedder::default().with("deploy checklist", integration_tests::axis(0)));
-            Retriever::new(db.app.clone(), embedder, None, RetrievalConfig::default()).with_cooldown_key(key.clone())
+            Retriever::new(db.app.clone(), embedder, None, RetrievalConfig::spec()).with_cooldown_key(key.clone())
         };
         let with_token = serve(&[instance(), instance()], org, true).await;
         assert!(!repeats_within_five_turns(&with_token), "{with_token:?}");

@@ -98,3 +98,47 @@ fn every_function_has_its_own_role_and_no_data_plane_action_on_every_resource() 
         }
     }
 }
+
+/// The list of jobs exists once (`JobType`): each job's queue, worker function, binary and local queue follow it.
+#[test]
+fn every_job_has_its_queue_worker_function_binary_and_local_queue() {
+    use memory_core::jobs::JobType;
+    let template = template();
+    let queues = resources_of(&template, "AWS::SQS::Queue");
+    let functions = resources_of(&template, "AWS::Serverless::Function");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let read = |path: &str| std::fs::read_to_string(format!("{root}/{path}")).unwrap_or_default();
+    let (manifest, local_queues, package) =
+        (read("functions/workers/Cargo.toml"), read("scripts/aws_resources.py"), read("scripts/package.sh"));
+    assert!(package.contains("-p workers"), "scripts/package.sh builds the workers crate");
+    let work_queues = queues.keys().filter(|name| !name.ends_with("DeadLetterQueue")).count();
+    assert_eq!(work_queues, JobType::ALL.len(), "one work queue per job type");
+    for job in JobType::ALL {
+        let function = job.function();
+        let queue_name = format!("memory-{function}-${{Stage}}");
+        let (queue, _) = queues
+            .iter()
+            .find(|(_, q)| q["Properties"]["QueueName"]["Fn::Sub"] == queue_name.as_str())
+            .unwrap_or_else(|| panic!("the template has no queue {queue_name} for {}", job.as_str()));
+        let consumer = functions.iter().find(|(_, f)| {
+            f["Properties"]["Events"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .any(|(_, e)| e["Type"] == "SQS" && target(&e["Properties"]["Queue"]) == Some(queue.as_str()))
+        });
+        let (name, consumer) = consumer.unwrap_or_else(|| panic!("no function consumes {queue}"));
+        let code = format!("../target/lambda/{function}/bootstrap.zip");
+        assert_eq!(consumer["Properties"]["CodeUri"], code.as_str(), "{name} runs the {function} package");
+        for (name, f) in &functions {
+            if let Some(value) = f["Properties"]["Environment"]["Variables"].get(job.queue_variable()) {
+                assert_eq!(target(value), Some(queue.as_str()), "{name}: {} names {queue}", job.queue_variable());
+            }
+        }
+        assert!(manifest.contains(&format!("name = \"{function}\"")), "functions/workers has no binary {function}");
+        let main = read(&format!("functions/workers/src/bin/{function}.rs"));
+        assert!(main.contains(&format!("JobType::{job:?}")), "the {function} binary serves {}", job.as_str());
+        let local = format!("\"memory-{function}\": \"{}\"", job.queue_variable());
+        assert!(local_queues.contains(&local), "scripts/aws_resources.py lacks {local}");
+    }
+}

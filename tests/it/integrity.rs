@@ -5,11 +5,11 @@ use std::{sync::Arc, time::Duration};
 
 use integration_tests::{Db, axis, everything_contradicts, memory, mention_all, outbox_counts, vector_with_similarity};
 use memory_core::{
-    domain::{DedupDecision, Memory, MemoryStatus, Scope, TrustLevel},
+    domain::{DedupDecision, Memory, MemoryStatus, Scope, TrustLevel, content_hash},
     lifecycle::{
         contradiction::ContradictionDetector,
         dedup::{DedupPair, Deduper},
-        file_scan::{DirectoryReader, FileScanner, content_hash},
+        file_scan::{DirectoryReader, FileScanner},
         synthesis::EntitySynthesizer,
     },
     llm::{InvocationPurpose, ScriptedLlm},
@@ -47,7 +47,7 @@ async fn dedup_decision(db: &Db, org: Uuid, a: Uuid, b: Uuid) -> (DedupDecision,
     let (a, b) = if a < b { (a, b) } else { (b, a) };
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     sqlx::query_as(
-        "SELECT decision, reason FROM memory_dedup_reviewed \
+        "SELECT decision, reason FROM memory_dedup_pair \
          WHERE organization_id = $1 AND memory_a_id = $2 AND memory_b_id = $3",
     )
     .bind(org)

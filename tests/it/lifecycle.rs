@@ -253,8 +253,8 @@ mod file_scan {
 
     use integration_tests::{Db, memory};
     use memory_core::{
-        domain::{MemoryStatus, SourceKind},
-        lifecycle::file_scan::{DirectoryReader, FileScanner, ScanReport, content_hash},
+        domain::{MemoryStatus, SourceKind, content_hash},
+        lifecycle::file_scan::{DirectoryReader, FileScanner, ScanReport},
         store,
     };
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -7,10 +7,9 @@ use integration_tests::{
     Db, DownEmbedder, FixedEmbedder, agent_with_scopes, axis, memory, minilm, retriever, vector_with_similarity,
 };
 use memory_core::{
-    config::RetrievalConfig,
     domain::Scope,
     llm::{InvocationPurpose, Llm, ScriptedLlm},
-    retrieval::{RetrievalMode, RetrievalRequest, Retriever, SessionTurn},
+    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SessionTurn},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -236,7 +235,7 @@ async fn an_exact_identifier_is_found_by_the_keyword_branch_when_its_cosine_is_l
     let code = memory(org, "E4021 means the refresh token expired").embedding(axis(100)).insert(&db).await;
     let path = memory(org, "SSO callbacks live in src/auth/login.rs").embedding(axis(101)).insert(&db).await;
 
-    let config = RetrievalConfig { branch_depth: 5, ..RetrievalConfig::default() };
+    let config = RetrievalConfig { rows_per_branch: 5, ..RetrievalConfig::spec() };
     for (query, expected) in [("what does E4021 mean", code.id), ("who edits src/auth/login.rs", path.id)] {
         let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
         let r = Retriever::new(db.app.clone(), embedder, None, config.clone());

@@ -8,7 +8,7 @@ use memory_core::{
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
+        branches::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
     },
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -270,12 +270,12 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         text_search_config: "memory_text",
         text: "zephyr",
         query: None,
-        limit: 5,
+        rows: 5,
         extras: CandidateExtras::NONE,
         bm25,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id, 5_000).await.unwrap();
-    let rows = store::candidates::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
+    let rows = store::branches::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     rows
 }

@@ -20,12 +20,12 @@ fn message(id: &str, body: String) -> SqsMessage {
     m
 }
 
-fn worker(db: &Db) -> dedup::Worker {
+fn worker(db: &Db) -> workers::dedup::Worker {
     let llm =
         Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryDedup, |_| {
             Ok(r#"{"decisions":[{"pair":0,"decision":"supersede_a"}]}"#.into())
         }));
-    dedup::Worker::with(db.app.clone(), Deduper::new(llm, None))
+    workers::dedup::Worker::with(db.app.clone(), Deduper::new(llm, None))
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -44,7 +44,7 @@ async fn a_mixed_batch_reports_exactly_the_messages_that_failed(opts: PgPoolOpti
             format!(r#"{{"organization_id":"{org}","pairs":[{{"a":"{}","b":"{}"}}]}}"#, a.id, Uuid::now_v7()),
         ),
     ];
-    let response = sqs_worker::process(&worker(&db), None, event).await.unwrap();
+    let response = aws_edge::sqs::process(&worker(&db), None, event).await.unwrap();
     let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
     assert_eq!(failed, vec!["malformed", "wrong-shape", "unknown-memory"]);
 
@@ -67,7 +67,7 @@ async fn a_job_without_pairs_claims_the_deferred_pairs(opts: PgPoolOptions, conn
     // The real-shaped sample event names this organisation and no pairs.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/sqs-dedup-review.json");
     let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let response = sqs_worker::process(&worker(&db), None, event).await.unwrap();
+    let response = aws_edge::sqs::process(&worker(&db), None, event).await.unwrap();
     assert!(response.batch_item_failures.is_empty());
 
     let (first, second) = if a.id < b.id { (a.id, b.id) } else { (b.id, a.id) };
@@ -85,10 +85,10 @@ async fn a_job_without_pairs_claims_the_deferred_pairs(opts: PgPoolOptions, conn
 #[tokio::test]
 async fn a_record_without_a_message_id_fails_the_whole_batch() {
     let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://localhost/unused").unwrap();
-    let worker = dedup::Worker::with(pool, Deduper::new(Arc::new(ScriptedLlm::new()), None));
+    let worker = workers::dedup::Worker::with(pool, Deduper::new(Arc::new(ScriptedLlm::new()), None));
     let mut event = SqsEvent::default();
     let mut record = message("x", "{}".into());
     record.message_id = None;
     event.records = vec![record];
-    assert!(sqs_worker::process(&worker, None, event).await.is_err());
+    assert!(aws_edge::sqs::process(&worker, None, event).await.is_err());
 }

@@ -165,7 +165,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Schedule { task } => {
             let task: scheduler::Task = serde_json::from_value(serde_json::json!({ "task": task.replace('-', "_") }))?;
             let pool = db::pool(&DatabaseConfig::from_env()?)?;
-            let relay = outbox_relay::relay_from_env(pool.clone()).await?;
+            let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
             println!("{}", scheduler::run(task, Some((&pool, &relay))).await?);
         }
         Command::SeedDemo => {

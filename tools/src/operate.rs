@@ -75,8 +75,8 @@ pub fn read_batches(file: &Path) -> anyhow::Result<Vec<IngestBatch>> {
 
 /// Sends each batch as one message to the ingest queue (`MEMORY_INGEST_QUEUE_URL`).
 pub async fn send_batches(batches: &[IngestBatch]) -> anyhow::Result<()> {
-    let url = memory_core::config::required(outbox_relay::queue_variable(JobType::MemoryIngest))?;
-    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    let url = memory_core::config::required(JobType::MemoryIngest.queue_variable())?;
+    let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
     for batch in batches {
         sqs.send_message().queue_url(&url).message_body(serde_json::to_string(batch)?).send().await?;
         println!("sent batch {} ({} memories)", batch.batch_id, batch.memories.len());
@@ -103,7 +103,7 @@ pub async fn ingest_directly(
             if receipt.replayed { " (ingested before)" } else { "" }
         );
     }
-    match outbox_relay::relay_from_env(pool.clone()).await {
+    match aws_edge::relay::relay_from_env(pool.clone()).await {
         Ok(relay) => {
             let mut orgs: Vec<Uuid> = batches.iter().map(|b| b.organization_id).collect();
             orgs.dedup();
@@ -121,11 +121,11 @@ pub async fn ingest_directly(
 /// Prints each configured queue's depth and its dead-letter queue's, and what waits in the outboxes.
 pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
     use aws_sdk_sqs::types::QueueAttributeName as A;
-    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
     println!("{:<28} {:>9} {:>9} {:>9}", "queue", "waiting", "in flight", "dead");
     for job in JobType::ALL {
-        let Ok(url) = std::env::var(outbox_relay::queue_variable(job)) else {
-            println!("{:<28} (not configured: {})", job.as_str(), outbox_relay::queue_variable(job));
+        let Ok(url) = std::env::var(job.queue_variable()) else {
+            println!("{:<28} (not configured: {})", job.as_str(), job.queue_variable());
             continue;
         };
         let attributes = sqs
@@ -188,7 +188,7 @@ async fn dead_letters(sqs: &aws_sdk_sqs::Client, policy: &str) -> anyhow::Result
 /// `wait_seconds` for the first.
 pub async fn watch_events(wait_seconds: i32) -> anyhow::Result<usize> {
     let url = memory_core::config::required("MEMORY_EVENTS_WATCH_QUEUE_URL")?;
-    let sqs = aws_sdk_sqs::Client::new(&outbox_relay::sdk_config().await);
+    let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
     let mut printed = 0;
     loop {
         let wait = if printed == 0 { wait_seconds.clamp(0, 4) } else { 0 };

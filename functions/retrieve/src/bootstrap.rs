@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use memory_core::{
-    config::{self, RetrievalConfig},
-    retrieval::{Retriever, cooldown_token::TokenKey},
+    config,
+    retrieval::{RetrievalConfig, Retriever, cooldown_token::TokenKey},
     services::Services,
 };
 

@@ -11,7 +11,8 @@
 use memory_core::{
     config::DatabaseConfig,
     db::{self, PgPool},
-    lifecycle::{file_scan, outbox::OutboxRelay},
+    lifecycle::file_scan,
+    outbox::OutboxRelay,
     secrets, store,
 };
 use serde::Deserialize;

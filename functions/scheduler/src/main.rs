@@ -11,7 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         true => {
             let config = secrets::database_config("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN").await?;
             let pool = memory_core::db::pool(&config)?;
-            let relay = outbox_relay::relay_from_env(pool.clone()).await?;
+            let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
             Some((pool, relay))
         }
         false => None,

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 pub use readership::Readership;
+use sha2::{Digest, Sha256};
 pub use text_enum::UnknownVariant;
 
 text_enum! {
@@ -262,3 +263,11 @@ pub struct EntityProfile {
     pub entity_type: String,
     pub profile: Memory,
 }
+
+/// The content hash stored in `memory.content_hash`.
+pub fn content_hash(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// Mentions at which an entity's profiles are (re)synthesised (ingest queues synthesis at every multiple).
+pub const MENTION_THRESHOLD: i64 = 5;

@@ -34,7 +34,7 @@ const RUNTIME_LIBRARY: &str = "libonnxruntime.so";
 /// Single-threaded sessions (one per core by default) sharing one mapping of the weights and one packed copy of
 /// the matrices: concurrent requests (and a large batch's passes) run side by side, and no pass pays for
 /// synchronising threads. Measured against one two-thread session on 2 vCPUs: 578 against 393 embeddings/s of 16
-/// word pieces (docs/benchmarks.md).
+/// word pieces (docs/decisions.md).
 struct Loaded {
     idle: Mutex<Vec<Session>>,
     /// One permit per idle session.

@@ -5,6 +5,8 @@ mod minilm;
 mod titan;
 mod weights;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 pub use minilm::MiniLm;
@@ -43,6 +45,14 @@ pub trait Embedder: Send + Sync {
     async fn embed_one(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let mut vectors = self.embed(&[text.to_string()]).await?;
         vectors.pop().ok_or_else(|| EmbedError::Inference("no vector returned".into()))
+    }
+
+    /// [`Embedder::embed`] within `budget`; over it, `Unavailable`.
+    async fn embed_within(&self, texts: &[String], budget: Duration) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match tokio::time::timeout(budget, self.embed(texts)).await {
+            Ok(vectors) => vectors,
+            Err(_) => Err(EmbedError::Unavailable(format!("embedding took longer than {budget:?}"))),
+        }
     }
 }
 

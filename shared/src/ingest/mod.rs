@@ -23,10 +23,10 @@ pub use gate::{admitted_trust, forbids_type};
 pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSION};
 
 use crate::{
-    domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope},
+    config::DEFAULT_WORKER_MODEL_TIMEOUT,
+    domain::{MENTION_THRESHOLD, MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
     jobs::{ContradictionCheckJob, DedupReviewJob, EntitySynthesisJob, JobType},
-    lifecycle::{DEFAULT_MODEL_TIMEOUT, file_scan::content_hash, synthesis::MENTION_THRESHOLD},
     store::{self, transitions},
 };
 
@@ -80,7 +80,7 @@ struct Checked {
 
 impl Ingestor {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>) -> Self {
-        Self { pool, embedder, timeout: DEFAULT_MODEL_TIMEOUT }
+        Self { pool, embedder, timeout: DEFAULT_WORKER_MODEL_TIMEOUT }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -188,7 +188,7 @@ impl Ingestor {
 
     async fn embed(&self, checked: &[Checked]) -> crate::Result<Vec<Vec<f32>>> {
         let texts: Vec<String> = checked.iter().map(|c| c.new.embedding_input()).collect();
-        crate::lifecycle::embed_all_within(self.embedder.as_ref(), self.timeout, &texts).await
+        Ok(self.embedder.embed_within(&texts, self.timeout).await?)
     }
 }
 

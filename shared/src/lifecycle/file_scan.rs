@@ -14,13 +14,12 @@ use std::{
 
 use async_trait::async_trait;
 use chrono::Utc;
-use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{DEFAULT_MODEL_TIMEOUT, embed_within};
+use super::embed_optional;
 use crate::{
-    domain::{Memory, MemoryStatus, NewMemory, SourceKind, TrustLevel},
+    domain::{Memory, MemoryStatus, NewMemory, SourceKind, TrustLevel, content_hash},
     embed::Embedder,
     jobs::{FileScanJob, JobType},
     store::{self, transitions},
@@ -179,11 +178,6 @@ pub struct FileScanner {
     timeout: Duration,
 }
 
-/// The content hash stored in `memory.content_hash`.
-pub fn content_hash(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
-
 /// What a scan found for one memory.
 enum Outcome {
     Unchanged,
@@ -196,7 +190,7 @@ enum Outcome {
 
 impl FileScanner {
     pub fn new(reader: Arc<dyn FileReader>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Self { reader, embedder, timeout: DEFAULT_MODEL_TIMEOUT }
+        Self { reader, embedder, timeout: crate::config::DEFAULT_WORKER_MODEL_TIMEOUT }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -306,7 +300,7 @@ impl FileScanner {
         new.provenance.source_kind = SourceKind::File;
         new.provenance.trust_level = TrustLevel::Verified;
         new.provenance.source_ref = Some(format!("{}@{hash}", memory.file_path.as_deref().unwrap_or_default()));
-        new.embedding = embed_within(self.embedder.as_deref(), self.timeout, &new.content).await?;
+        new.embedding = embed_optional(self.embedder.as_deref(), &new.content, self.timeout).await?;
         Ok(new)
     }
 }

@@ -1,5 +1,5 @@
 //! Background maintenance of memory: supersession chains, LLM dedup and merge, contradiction detection, entity
-//! synthesis, the file-backed freshness scan, and the relay of their domain events.
+//! synthesis and the file-backed freshness scan.
 //!
 //! Every job has the same shape: read (or lease) what it works on in a short transaction, commit, call the model
 //! under a timeout, then apply its decision in a short transaction that locks and re-checks the rows it changes.
@@ -10,19 +10,16 @@
 pub mod contradiction;
 pub mod dedup;
 pub mod file_scan;
-pub mod outbox;
 pub mod supersession;
 pub mod synthesis;
 
 use std::time::Duration;
 
 use crate::{
-    embed::{EmbedError, Embedder},
-    llm::{Llm, LlmError, LlmRequest},
+    config::DEFAULT_WORKER_MODEL_TIMEOUT,
+    embed::Embedder,
+    llm::{Llm, LlmRequest},
 };
-
-/// How long a job waits for one model call before failing (its message is then retried).
-pub const DEFAULT_MODEL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The model clients of a job and the timeout of each call.
 #[derive(Clone)]
@@ -35,7 +32,7 @@ pub struct Models {
 
 impl Models {
     pub fn new(llm: std::sync::Arc<dyn Llm>, embedder: Option<std::sync::Arc<dyn Embedder>>) -> Self {
-        Self { llm, embedder, timeout: DEFAULT_MODEL_TIMEOUT }
+        Self { llm, embedder, timeout: DEFAULT_WORKER_MODEL_TIMEOUT }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -44,14 +41,11 @@ impl Models {
     }
 
     pub(crate) async fn complete(&self, request: LlmRequest) -> crate::Result<String> {
-        match tokio::time::timeout(self.timeout, self.llm.complete(request)).await {
-            Ok(answer) => Ok(answer?),
-            Err(_) => Err(LlmError::Timeout.into()),
-        }
+        Ok(self.llm.complete_within(request, self.timeout).await?)
     }
 
     pub(crate) async fn embed(&self, text: &str) -> crate::Result<Option<Vec<f32>>> {
-        embed_within(self.embedder.as_deref(), self.timeout, text).await
+        embed_optional(self.embedder.as_deref(), text, self.timeout).await
     }
 }
 
@@ -62,24 +56,12 @@ pub(crate) fn earliest(
     expiries.into_iter().flatten().min()
 }
 
-/// Embeds `text` within `timeout`; None without an embedder.
-pub(crate) async fn embed_within(
+/// Embeds `text` within `budget`; None without an embedder.
+pub(crate) async fn embed_optional(
     embedder: Option<&dyn Embedder>,
-    timeout: Duration,
     text: &str,
+    budget: Duration,
 ) -> crate::Result<Option<Vec<f32>>> {
     let Some(embedder) = embedder else { return Ok(None) };
-    Ok(embed_all_within(embedder, timeout, &[text.to_string()]).await?.pop())
-}
-
-/// Embeds `texts` in one call within `timeout`.
-pub(crate) async fn embed_all_within(
-    embedder: &dyn Embedder,
-    timeout: Duration,
-    texts: &[String],
-) -> crate::Result<Vec<Vec<f32>>> {
-    match tokio::time::timeout(timeout, embedder.embed(texts)).await {
-        Ok(vectors) => Ok(vectors?),
-        Err(_) => Err(EmbedError::Unavailable("embedding timed out".into()).into()),
-    }
+    Ok(embedder.embed_within(&[text.to_string()], budget).await?.pop())
 }

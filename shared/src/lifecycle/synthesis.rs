@@ -25,8 +25,7 @@ use crate::{
     store::{self, entities::PartitionProfile, transitions},
 };
 
-/// Mentions at which an entity's profiles are (re)synthesised.
-pub const MENTION_THRESHOLD: i64 = 5;
+pub use crate::domain::MENTION_THRESHOLD;
 
 pub struct EntitySynthesizer {
     models: Models,

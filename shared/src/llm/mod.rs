@@ -5,6 +5,8 @@ mod bedrock;
 mod offline;
 mod scripted;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +60,11 @@ pub enum LlmError {
 pub trait Llm: Send + Sync {
     /// The model's text answer.
     async fn complete(&self, request: LlmRequest) -> Result<String, LlmError>;
+
+    /// [`Llm::complete`] within `budget`; over it, `Timeout`.
+    async fn complete_within(&self, request: LlmRequest, budget: Duration) -> Result<String, LlmError> {
+        tokio::time::timeout(budget, self.complete(request)).await.map_err(|_| LlmError::Timeout)?
+    }
 }
 
 /// Parses the first JSON value (object or array) in a model's answer, tolerating prose or code fences around it.

@@ -1,8 +1,14 @@
-//! Fusing the branches: Reciprocal Rank Fusion (k = 60), a weighted blend of normalised scores, and the relevance
-//! Stage 4 ranks by.
+//! Fusing the branches: [`fuse`] merges their rows into Stage 1's candidates, scored by Reciprocal Rank Fusion
+//! (k = 60) and by the relevance Stage 4 ranks by; a weighted blend of normalised scores for strategy search.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::stage1::Candidate;
+use crate::store::branches::CandidateRow;
 
 /// RRF's smoothing constant.
 pub const RRF_K: f64 = 60.0;
@@ -24,7 +30,7 @@ pub fn rrf(ranks: &[Option<usize>]) -> f64 {
 }
 
 /// Share of the cosine in [`relevance`] when the query also matched keywords. Chosen on SciFact and REALTALK both
-/// (docs/benchmarks.md): between 0.1 and 0.2 each set is within 0.005 nDCG@10 of its best, and both beat their
+/// (docs/decisions.md): between 0.1 and 0.2 each set is within 0.005 nDCG@10 of its best, and both beat their
 /// best single branch. The cosine spread between candidates is narrow, so a small weight still reorders near ties.
 pub const RELEVANCE_VECTOR_WEIGHT: f64 = 0.15;
 
@@ -53,6 +59,58 @@ pub fn relevance(evidence: Evidence, cosine: Option<f64>, keyword_relative: Opti
 pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -> f64 {
     let w = vector_weight.clamp(0.0, 1.0);
     w * cosine.unwrap_or(0.0).max(0.0) + (1.0 - w) * keyword.unwrap_or(0.0)
+}
+
+/// Merges the branch lists by memory id, scores each candidate (RRF and relevance) and keeps the best `kept` by
+/// RRF score (ties by id).
+pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, kept: usize) -> Vec<Candidate> {
+    let mut by_id: HashMap<Uuid, Candidate> = HashMap::new();
+    for (rank, row) in vector_rows.into_iter().enumerate() {
+        by_id.insert(row.memory.id, candidate(row, Some(rank + 1), None));
+    }
+    for (rank, row) in keyword_rows.into_iter().enumerate() {
+        match by_id.get_mut(&row.memory.id) {
+            Some(existing) => {
+                existing.keyword_rank = Some(rank + 1);
+                existing.keyword_score = row.keyword_score;
+            }
+            None => {
+                by_id.insert(row.memory.id, candidate(row, None, Some(rank + 1)));
+            }
+        }
+    }
+    let best_keyword =
+        by_id.values().filter(|c| c.keyword_rank.is_some()).filter_map(|c| c.keyword_score).fold(0.0, f64::max);
+    let embedded = by_id.values().any(|c| c.cosine_sim.is_some());
+    let mut candidates: Vec<Candidate> = by_id
+        .into_values()
+        .map(|mut c| {
+            c.rrf = rrf(&[c.vector_rank, c.keyword_rank]);
+            c.keyword_relative =
+                c.keyword_rank.and(c.keyword_score).filter(|_| best_keyword > 0.0).map(|k| k / best_keyword);
+            let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
+            c.relevance = relevance(evidence, c.cosine_sim, c.keyword_relative);
+            c
+        })
+        .collect();
+    candidates.sort_by(|a, b| b.rrf.total_cmp(&a.rrf).then(a.memory.id.cmp(&b.memory.id)));
+    candidates.truncate(kept);
+    candidates
+}
+
+fn candidate(row: CandidateRow, vector_rank: Option<usize>, keyword_rank: Option<usize>) -> Candidate {
+    Candidate {
+        memory: row.memory,
+        cosine_sim: row.cosine_sim,
+        keyword_score: row.keyword_score,
+        taxonomy_node_ids: row.taxonomy_node_ids,
+        mentions_profiled_entity: row.mentions_profiled_entity,
+        vector_rank,
+        keyword_rank,
+        keyword_relative: None,
+        rrf: 0.0,
+        relevance: 0.0,
+    }
 }
 
 #[cfg(test)]

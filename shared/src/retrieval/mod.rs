@@ -1,7 +1,6 @@
 //! The retrieval pipeline (scope filter → taxonomy classification → subtree filter → ranking) and the strategy
 //! searches of MEM-004, behind one [`Retriever`].
 
-pub mod candidates;
 pub mod cooldown;
 pub mod cooldown_token;
 pub mod fusion;
@@ -10,6 +9,8 @@ mod pipeline;
 pub mod query_cache;
 pub mod ranking;
 mod search;
+mod settings;
+pub mod stage1;
 pub mod taxonomy;
 pub mod time_anchor;
 mod types;
@@ -19,15 +20,14 @@ use std::{sync::Arc, time::Duration};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub use pipeline::filter_and_rank;
+pub use settings::RetrievalConfig;
 pub use types::*;
 
 use crate::{
-    config::RetrievalConfig,
     domain::{Memory, Scope},
     embed::Embedder,
     llm::Llm,
-    store::{self, ScopeFilter},
+    store::{self, ScopeFilter, branches::CandidateExtras},
 };
 
 /// Longest query accepted, in bytes.
@@ -61,7 +61,7 @@ impl Retriever {
             pool,
             embedder,
             llm,
-            llm_timeout: Duration::from_millis(2000),
+            llm_timeout: crate::config::DEFAULT_REQUEST_LLM_TIMEOUT,
             cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
             cooldown_key: cooldown_token::TokenKey::random(),
             config,
@@ -97,17 +97,17 @@ impl Retriever {
     }
 
     /// Stage 1 as configured for a request of `max_results`: both branches, no extras.
-    fn branch_settings(&self, max_results: usize) -> candidates::BranchSettings<'_> {
-        candidates::BranchSettings {
-            depth: self.config.branch_depth.max(max_results),
-            limit: self.config.candidate_limit.max(max_results),
+    pub fn branch_settings(&self, max_results: usize) -> stage1::BranchSettings<'_> {
+        stage1::BranchSettings {
+            rows_per_branch: self.config.rows_per_branch.max(max_results),
+            kept_after_fusion: self.config.kept_after_fusion.max(max_results),
             text_search_config: &self.text_search_config,
             bm25: self.config.bm25,
             vector_timeout_ms: self.config.vector_budget_ms,
             keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,
             run_keyword: true,
-            extras: store::candidates::CandidateExtras::NONE,
+            extras: CandidateExtras::NONE,
         }
     }
 

@@ -4,26 +4,41 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, build_scope_filter,
-    candidates::{self, BranchSettings, Candidate},
+    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, build_scope_filter,
     cooldown_token,
     mention::parse_mentions,
     ranking,
+    stage1::{self, BranchSettings, Candidate},
     taxonomy::Taxonomy,
     time_anchor::{self, TimeAnchor},
 };
-use crate::{
-    config::RetrievalConfig,
-    store::{self, ScopeFilter, SearchFilters, candidates::CandidateExtras},
-};
+use crate::store::{self, ScopeFilter, SearchFilters, branches::CandidateExtras};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
 
+impl Retriever {
+    /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
+    /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
+    /// the fallback was used.
+    pub fn rank(
+        &self,
+        taxonomy: &Taxonomy,
+        classified: &[Uuid],
+        candidates: &[Candidate],
+        text: &str,
+        as_of: DateTime<Utc>,
+        max_results: usize,
+    ) -> (Vec<RankedMemory>, bool) {
+        let anchors = time_anchor::named(text);
+        filter_and_rank(&self.config, taxonomy, classified, candidates, &anchors, as_of, max_results)
+    }
+}
+
 /// Stages 3 and 4: keeps the candidates tagged within the classified subtrees and ranks them, falling back to
 /// all candidates when too few remain or the best of them is weak (the second value says so). No classes: all
 /// candidates, no fallback.
-pub fn filter_and_rank(
+fn filter_and_rank(
     config: &RetrievalConfig,
     taxonomy: &Taxonomy,
     classified: &[Uuid],
@@ -97,7 +112,7 @@ impl Retriever {
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let settings = BranchSettings { extras, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
-        let set = candidates::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
+        let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
         let mut candidates = set.candidates;
 
@@ -125,9 +140,8 @@ impl Retriever {
         };
 
         let as_of = request.as_of.unwrap_or_else(Utc::now);
-        let anchors = time_anchor::named(&text);
         let (mut ranked, fallback_used) =
-            filter_and_rank(&self.config, &taxonomy, &classified, &candidates, &anchors, as_of, request.max_results);
+            self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
 
         let cooldown_token = session.map(|s| {
             self.cooldown.record(org, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));

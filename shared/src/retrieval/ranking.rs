@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     RankedMemory,
-    candidates::Candidate,
+    stage1::Candidate,
     time_anchor::{TimeAnchor, of_the_time},
 };
 use crate::domain::{MemoryType, TrustLevel};
@@ -29,11 +29,11 @@ impl Default for RankingWeights {
 #[serde(rename_all = "snake_case")]
 pub enum RankingFormula {
     /// The spec's composite: cosine × 0.5 + recency × 0.3 + confidence × 0.2 (the weights configurable).
-    #[default]
     Spec,
     /// Relevance from both branches ([`super::fusion::relevance`], in [0, 1]), scaled down by at most [`NUDGE`]
     /// for age and low confidence, so they order memories of similar relevance but never bury the relevant one,
     /// and by [`OFF_TIME_PENALTY`] for a memory not of a date the query names.
+    #[default]
     Relevance,
 }
 
@@ -52,7 +52,7 @@ impl std::str::FromStr for RankingFormula {
 pub const NUDGE: f64 = 0.1;
 
 /// The share of its relevance a memory loses when the query names a time (`time_anchor`) it is not of. REALTALK
-/// nDCG@10 was the same within 0.0001 for penalties of 0.15, 0.3, 0.6 and 0.9 (docs/benchmarks.md).
+/// nDCG@10 was the same within 0.0001 for penalties of 0.15, 0.3, 0.6 and 0.9 (docs/decisions.md).
 pub const OFF_TIME_PENALTY: f64 = 0.3;
 
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.

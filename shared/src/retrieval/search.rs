@@ -6,10 +6,10 @@ use uuid::Uuid;
 
 use super::{
     MatchKind, Retriever, SearchHit, SearchRequest, SearchResult, Strategy,
-    candidates::{self, BranchSettings, Candidate},
     fusion::{self, Fusion},
+    stage1::{self, BranchSettings, Candidate},
 };
-use crate::store::{self, candidates::CandidateRow};
+use crate::store::{self, branches::CandidateRow};
 
 /// Score multiplier per entity hop of graph expansion.
 pub const HOP_DECAY: f64 = 0.5;
@@ -43,8 +43,7 @@ impl Retriever {
 
         let mut hits = if request.strategy == Strategy::Metadata {
             let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
-            let rows =
-                store::candidates::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
+            let rows = store::branches::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
             tx.commit().await?;
             rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
         } else {
@@ -59,15 +58,9 @@ impl Retriever {
             let run_keyword = wants_keyword || query_vector.is_none();
             let settings =
                 BranchSettings { run_vector: wants_vector, run_keyword, ..self.branch_settings(request.max_results) };
-            let set = candidates::gather(
-                &self.pool,
-                &scope,
-                &request.filters,
-                &request.query,
-                query_vector.as_ref(),
-                &settings,
-            )
-            .await?;
+            let set =
+                stage1::gather(&self.pool, &scope, &request.filters, &request.query, query_vector.as_ref(), &settings)
+                    .await?;
             degraded.extend(set.degraded_reasons);
             let mut hits: Vec<SearchHit> =
                 set.candidates.into_iter().map(|c| scored(c, request.fusion, request.vector_weight)).collect();
@@ -105,7 +98,7 @@ impl Retriever {
                     break;
                 }
                 let known: Vec<Uuid> = score_of.keys().copied().collect();
-                let neighbours = store::candidates::entity_neighbours(
+                let neighbours = store::branches::entity_neighbours(
                     &mut tx,
                     scope,
                     &request.filters,

@@ -106,7 +106,7 @@ impl Taxonomy {
             prompt: format!("Taxonomy:\n{listing}\nQuery: {query}"),
             max_tokens: 200,
         };
-        let answer = tokio::time::timeout(timeout, llm.complete(request)).await.map_err(|_| LlmError::Timeout)??;
+        let answer = llm.complete_within(request, timeout).await?;
         #[derive(Deserialize)]
         struct Answer {
             nodes: Vec<String>,

@@ -1,4 +1,4 @@
-//! `memory_dedup_reviewed`: one row per unordered pair; deferred pairs are leased to one reviewer at a time.
+//! `memory_dedup_pair`: one row per unordered pair; deferred pairs are leased to one reviewer at a time.
 
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
@@ -23,7 +23,7 @@ pub async fn defer_pair(
 ) -> sqlx::Result<bool> {
     let (a, b) = if a < b { (a, b) } else { (b, a) };
     sqlx::query(
-        "INSERT INTO memory_dedup_reviewed (organization_id, memory_a_id, memory_b_id, cosine_similarity) \
+        "INSERT INTO memory_dedup_pair (organization_id, memory_a_id, memory_b_id, cosine_similarity) \
          VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
     )
     .bind(organization_id)
@@ -45,8 +45,8 @@ pub async fn lease_deferred(
     lease_ms: i64,
 ) -> sqlx::Result<Vec<PairRow>> {
     sqlx::query_as(
-        "UPDATE memory_dedup_reviewed r SET claimed_until = now() + $3 * interval '1 millisecond' \
-         FROM (SELECT p.organization_id, p.memory_a_id, p.memory_b_id FROM memory_dedup_reviewed p \
+        "UPDATE memory_dedup_pair r SET claimed_until = now() + $3 * interval '1 millisecond' \
+         FROM (SELECT p.organization_id, p.memory_a_id, p.memory_b_id FROM memory_dedup_pair p \
                WHERE p.organization_id = $1 AND p.decision = 'deferred' \
                  AND (p.claimed_until IS NULL OR p.claimed_until < now()) \
                  AND (SELECT count(*) FROM memory m WHERE m.organization_id = p.organization_id \
@@ -73,7 +73,7 @@ pub async fn lock_decision(
 ) -> sqlx::Result<Option<DedupDecision>> {
     let (a, b) = if a < b { (a, b) } else { (b, a) };
     sqlx::query_scalar(
-        "SELECT decision FROM memory_dedup_reviewed \
+        "SELECT decision FROM memory_dedup_pair \
          WHERE organization_id = $1 AND memory_a_id = $2 AND memory_b_id = $3 FOR UPDATE",
     )
     .bind(organization_id)
@@ -105,7 +105,7 @@ pub async fn record_decision(
         (b, a, flipped)
     };
     sqlx::query(
-        "INSERT INTO memory_dedup_reviewed (organization_id, memory_a_id, memory_b_id, decision, reason, reviewed_at) \
+        "INSERT INTO memory_dedup_pair (organization_id, memory_a_id, memory_b_id, decision, reason, reviewed_at) \
          VALUES ($1, $2, $3, $4, $5, now()) \
          ON CONFLICT (organization_id, memory_a_id, memory_b_id) \
          DO UPDATE SET decision = EXCLUDED.decision, reason = EXCLUDED.reason, reviewed_at = now(), \
@@ -128,7 +128,7 @@ pub async fn decision(
     b: Uuid,
 ) -> sqlx::Result<Option<DedupDecision>> {
     sqlx::query_scalar(
-        "SELECT decision FROM memory_dedup_reviewed WHERE organization_id = $1 AND memory_a_id = $2 AND memory_b_id = $3",
+        "SELECT decision FROM memory_dedup_pair WHERE organization_id = $1 AND memory_a_id = $2 AND memory_b_id = $3",
     )
     .bind(organization_id)
     .bind(a)

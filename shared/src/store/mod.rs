@@ -3,7 +3,7 @@
 
 pub mod agents;
 pub mod ann;
-pub mod candidates;
+pub mod branches;
 pub mod contradiction;
 pub mod dedup;
 pub mod entities;

@@ -14,7 +14,7 @@ pub async fn hold(
     reason: &str,
 ) -> sqlx::Result<bool> {
     sqlx::query(
-        "INSERT INTO memory_lifecycle_review (organization_id, id, job, action, memory_id, other_memory_id, reason) \
+        "INSERT INTO memory_held_decision (organization_id, id, job, action, memory_id, other_memory_id, reason) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
     )
     .bind(organization_id)
@@ -42,7 +42,7 @@ pub struct HeldDecision {
 /// The organisation's unresolved held decisions, oldest first.
 pub async fn pending(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<HeldDecision>> {
     sqlx::query_as(
-        "SELECT job, action, memory_id, other_memory_id, reason FROM memory_lifecycle_review \
+        "SELECT job, action, memory_id, other_memory_id, reason FROM memory_held_decision \
          WHERE organization_id = $1 AND resolved_at IS NULL ORDER BY created_at, id",
     )
     .bind(organization_id)

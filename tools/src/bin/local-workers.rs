@@ -6,16 +6,10 @@
 
 use std::{sync::Arc, time::Duration};
 
+use aws_edge::sqs::{JobHandler, Runner};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
-use memory_core::{
-    jobs::JobType,
-    lifecycle::{
-        contradiction::ContradictionDetector, dedup::Deduper, outbox::OutboxRelay, synthesis::EntitySynthesizer,
-    },
-    services::Services,
-};
-use sqs_worker::JobHandler;
+use memory_core::{jobs::JobType, outbox::OutboxRelay, services::Services};
 
 /// How long a received message stays hidden before a failed one comes back.
 const VISIBILITY_SECONDS: i32 = 10;
@@ -24,28 +18,16 @@ const VISIBILITY_SECONDS: i32 = 10;
 async fn main() -> anyhow::Result<()> {
     memory_core::telemetry::init();
     let services = Services::from_env().await?;
-    let models = services.job_models()?;
-    let pool = services.pool.clone();
-    let relay = Arc::new(outbox_relay::relay_from_env(pool.clone()).await?);
+    let relay = Arc::new(aws_edge::relay::relay_from_env(services.pool.clone()).await?);
     // Long polls wait up to 5 s, longer than the relay's operation timeout: the pollers use the SDK's defaults.
     let sqs = aws_sdk_sqs::Client::new(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await);
-    let url = |job| memory_core::config::required(outbox_relay::queue_variable(job));
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(poll(url(JobType::MemoryIngest)?, ingest::Worker::new(&services), sqs.clone(), relay.clone()));
-    let deduper = Deduper::with_models(models.clone());
-    tasks.spawn(poll(
-        url(JobType::MemoryDedupReview)?,
-        dedup::Worker::with(pool.clone(), deduper),
-        sqs.clone(),
-        relay.clone(),
-    ));
-    let detector = ContradictionDetector::with_models(models.clone());
-    let contradiction = contradiction::Worker::with(pool.clone(), detector);
-    tasks.spawn(poll(url(JobType::MemoryContradictionCheck)?, contradiction, sqs.clone(), relay.clone()));
-    let synthesis = synthesis::Worker::with(pool.clone(), EntitySynthesizer::with_models(models));
-    tasks.spawn(poll(url(JobType::MemoryEntitySynthesis)?, synthesis, sqs.clone(), relay.clone()));
-    tasks.spawn(poll(url(JobType::MemoryFileScan)?, file_scan::Worker::new(&services)?, sqs.clone(), relay.clone()));
+    for job in JobType::ALL {
+        let url = memory_core::config::required(job.queue_variable())?;
+        let poller = Poller { url, sqs: sqs.clone(), relay: relay.clone(), tasks: &mut tasks };
+        workers::serve(job, &services, poller)?;
+    }
     tasks.spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -54,11 +36,28 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     });
-    tracing::info!("local workers polling the ingest, dedup, contradiction, synthesis and file-scan queues");
+    let queues: Vec<&str> = JobType::ALL.iter().map(|job| job.function()).collect();
+    tracing::info!(?queues, "local workers polling every job queue");
     while let Some(done) = tasks.join_next().await {
         done?;
     }
     Ok(())
+}
+
+/// Runs a handler as a task polling its queue.
+struct Poller<'a> {
+    url: String,
+    sqs: aws_sdk_sqs::Client,
+    relay: Arc<OutboxRelay>,
+    tasks: &'a mut tokio::task::JoinSet<()>,
+}
+
+impl Runner for Poller<'_> {
+    type Output = ();
+
+    fn run<H: JobHandler>(self, handler: H) {
+        self.tasks.spawn(poll(self.url, handler, self.sqs, self.relay));
+    }
 }
 
 /// Receives batches from the queue forever and applies each with the handler.
@@ -94,7 +93,7 @@ async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, 
                 record
             })
             .collect();
-        let failed: Vec<String> = match sqs_worker::process(&handler, Some(&relay), event).await {
+        let failed: Vec<String> = match aws_edge::sqs::process(&handler, Some(&relay), event).await {
             Ok(response) => response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect(),
             Err(error) => {
                 tracing::error!(%error, "batch failed as a whole; left for redelivery");

@@ -17,11 +17,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use memory_core::{
-    config::RetrievalConfig,
     embed::{EmbedError, Embedder, MiniLm},
     ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
     retrieval::{
-        RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion, ranking::RankingFormula,
+        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion,
+        ranking::RankingFormula,
     },
     store::SearchFilters,
 };

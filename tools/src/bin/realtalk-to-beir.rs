@@ -22,7 +22,7 @@ struct Args {
     #[arg(long)]
     output: PathBuf,
     /// Turns of the same session before a turn that become its context (indexed and embedded with it). 0 by
-    /// default: with 2, nDCG@10 fell (docs/benchmarks.md), the neighbours' words matching the evidence's questions.
+    /// default: with 2, nDCG@10 fell (docs/decisions.md), the neighbours' words matching the evidence's questions.
     #[arg(long, default_value_t = 0)]
     context_turns: usize,
 }

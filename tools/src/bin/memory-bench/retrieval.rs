@@ -6,17 +6,14 @@ use anyhow::Context;
 use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use memory_core::{
-    config::RetrievalConfig,
     retrieval::{
-        RetrievalMode, RetrievalRequest, Retriever,
-        candidates::{self, BranchSettings},
-        filter_and_rank,
+        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, fusion,
+        stage1::{self, BranchSettings},
         taxonomy::Taxonomy,
-        time_anchor,
     },
     store::{
         self, ScopeFilter, SearchFilters,
-        candidates::{CandidateExtras, CandidateRow, KeywordSearch},
+        branches::{CandidateExtras, CandidateRow},
     },
 };
 use memory_tools::{
@@ -66,7 +63,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let warmup = 50;
     // The configuration the service runs with (MEMORY_* tunables honoured).
     let config = RetrievalConfig::from_env()?;
-    let (depth, limit) = (config.branch_depth, config.candidate_limit);
+    let depth = config.rows_per_branch;
     // Each measurement gets its own queries (same distribution, another seed): a query is new to the database
     // the first time it runs, and a measurement repeating another's queries would find their index pages and
     // rows already in CPU and page caches. The measurements are interleaved, so none runs on a database that
@@ -77,7 +74,11 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let every =
         || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes).chain(&stage1_probes);
     let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
-    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config.clone());
+    let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config);
+    // Stage 1 as the pipeline configures it for the passive queries timed here (20 results).
+    let max_results = 20;
+    let with_extras = |extras| BranchSettings { extras, ..retriever.branch_settings(max_results) };
+    let timed_branches = with_extras(EXTRAS);
     let scope_of = async |probe: &Probe| {
         retriever.scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true).await
     };
@@ -92,23 +93,12 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         let probe = &branch_probes[i];
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let t = Instant::now();
-        let mut tx = store::begin_vector_search(&db.app, probe.organization, depth, 5000).await?;
-        let vector_rows = store::candidates::vector_branch(&mut tx, &scope, &no_filters, &query, depth, EXTRAS).await?;
-        tx.commit().await?;
+        let vector_rows = stage1::vector_branch(&db.app, &scope, &no_filters, &query, &timed_branches).await?;
         vector.push(ms(t));
 
         let t = Instant::now();
-        let mut tx = store::begin_keyword_search(&db.app, probe.organization, 5000).await?;
-        let search = KeywordSearch {
-            text_search_config: "memory_text",
-            text: &probe.text,
-            query: Some(&query),
-            limit: depth,
-            extras: EXTRAS,
-            bm25: retriever.config().bm25,
-        };
-        let keyword_rows = store::candidates::keyword_branch(&mut tx, &scope, &no_filters, &search).await?;
-        tx.commit().await?;
+        let keyword_rows =
+            stage1::keyword_branch(&db.app, &scope, &no_filters, &probe.text, Some(&query), &timed_branches).await?;
         keyword.push(ms(t));
         branch_rows.push((vector_rows, keyword_rows));
 
@@ -129,20 +119,11 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         // The extras the pipeline asks for: taxonomy tags only when the query names a taxonomy node.
         let names_a_node = !Taxonomy::new(found.taxonomy).classify_by_rules(&probe.text).is_empty();
         taxonomy_matches += usize::from(names_a_node);
-        let stage1 = BranchSettings {
-            depth,
-            limit,
-            text_search_config: "memory_text",
-            bm25: retriever.config().bm25,
-            vector_timeout_ms: 5000,
-            keyword_timeout_ms: 5000,
-            run_vector: true,
-            run_keyword: true,
-            extras: CandidateExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles },
-        };
+        let settings =
+            with_extras(CandidateExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles });
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let t = Instant::now();
-        let set = candidates::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &stage1).await?;
+        let set = stage1::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &settings).await?;
         branches.push(ms(t));
         anyhow::ensure!(set.degraded_reasons.is_empty(), "degraded stage 1: {:?}", set.degraded_reasons);
 
@@ -164,13 +145,12 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
         let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
         tx.commit().await?;
-        // Fusion, then Stages 2-4 as the pipeline runs them (rule classification, subtree filter with its
+        // Fusion, then Stages 2-4 as passive mode runs them (rule classification, subtree filter with its
         // fallback, ranking), through the pipeline's own functions.
         let t = Instant::now();
-        let fused = candidates::fuse(vector_rows, keyword_rows, limit);
+        let fused = fusion::fuse(vector_rows, keyword_rows, timed_branches.kept_after_fusion);
         let classified = taxonomy.classify_by_rules(&probe.text);
-        let anchors = time_anchor::named(&probe.text);
-        let ranked = filter_and_rank(&config, &taxonomy, &classified, &fused, &anchors, Utc::now(), 20);
+        let ranked = retriever.rank(&taxonomy, &classified, &fused, &probe.text, Utc::now(), max_results);
         fusion.push(ms(t));
         std::hint::black_box(ranked);
     }
@@ -260,7 +240,7 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .await?;
         let query = Vector::from(probe.vector.clone());
         let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
-        let approximate: Vec<Uuid> = store::candidates::vector_branch(
+        let approximate: Vec<Uuid> = store::branches::vector_branch(
             &mut tx,
             &scope,
             &SearchFilters::default(),
@@ -295,16 +275,9 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
         let filters = SearchFilters::default();
         let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
         let ids = |rows: Vec<CandidateRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
-        let search = KeywordSearch {
-            text_search_config: "memory_text",
-            text: &probe.text,
-            query: None,
-            limit: retriever.config().branch_depth,
-            extras: CandidateExtras::NONE,
-            bm25: retriever.config().bm25,
-        };
-        let bounded = ids(store::candidates::keyword_branch(&mut tx, &scope, &filters, &search).await?);
-        let exact = ids(store::candidates::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
+        let search = retriever.branch_settings(10).keyword_search(&probe.text, None);
+        let bounded = ids(store::branches::keyword_branch(&mut tx, &scope, &filters, &search).await?);
+        let exact = ids(store::branches::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
         tx.commit().await?;
         hits += bounded.iter().filter(|id| exact.contains(id)).count();
         expected += exact.len();

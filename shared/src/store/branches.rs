@@ -1,4 +1,5 @@
-//! Candidate queries of the search branches, each computed inside the scope predicate and the metadata filters.
+//! The search branches' SQL (vector, keyword, metadata, graph), each computed inside the scope predicate and the
+//! metadata filters.
 
 use pgvector::Vector;
 use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
@@ -65,7 +66,7 @@ pub async fn vector_branch(
     scope: &ScopeFilter,
     filters: &SearchFilters,
     query: &Vector,
-    limit: usize,
+    rows: usize,
     extras: CandidateExtras,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let mut qb = QueryBuilder::new("");
@@ -78,13 +79,13 @@ pub async fn vector_branch(
     qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
         .push_bind(query.clone())
         .push(" LIMIT ")
-        .push_bind(limit as i64);
-    let mut rows: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
+        .push_bind(rows as i64);
+    let mut found: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
-    rows.sort_by(|a, b| {
+    found.sort_by(|a, b| {
         b.cosine_sim.partial_cmp(&a.cosine_sim).unwrap_or(std::cmp::Ordering::Equal).then(a.memory.id.cmp(&b.memory.id))
     });
-    Ok(rows)
+    Ok(found)
 }
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
@@ -98,7 +99,7 @@ pub struct Bm25 {
 
 impl Default for Bm25 {
     /// Anserini's defaults. Over the textbook 1.2 / 0.75 the modes gain on both evaluation sets, most on short
-    /// conversational memories (docs/benchmarks.md).
+    /// conversational memories (docs/decisions.md).
     fn default() -> Self {
         Self { k1: 0.9, b: 0.4 }
     }
@@ -117,8 +118,8 @@ struct KeywordBounds {
 impl KeywordBounds {
     const EXACT: Self = Self { postings_per_term: None, ranked_before_filter: None };
     /// Bounds of the first pass. 2,000 postings per term is a few hundred microseconds of index-only scan.
-    fn bounded(limit: usize) -> Self {
-        Self { postings_per_term: Some(2_000), ranked_before_filter: Some(4 * limit as i64) }
+    fn bounded(rows: usize) -> Self {
+        Self { postings_per_term: Some(2_000), ranked_before_filter: Some(4 * rows as i64) }
     }
 }
 
@@ -130,7 +131,8 @@ pub struct KeywordSearch<'a> {
     pub text: &'a str,
     /// The query embedding, for the rows' `cosine_sim`.
     pub query: Option<&'a Vector>,
-    pub limit: usize,
+    /// Rows returned.
+    pub rows: usize,
     pub extras: CandidateExtras,
     pub bm25: Bm25,
 }
@@ -149,7 +151,7 @@ struct KeywordRow {
 ///
 /// Scores come from `memory_posting` alone (index-only scans); only the best are joined to `memory` for the
 /// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds may have hidden a
-/// match and it found fewer than `limit` rows, an exact pass reads everything. With metadata filters, which may reject
+/// match and it found fewer than `rows` rows, an exact pass reads everything. With metadata filters, which may reject
 /// most of a tenant, the exact pass runs directly.
 pub async fn keyword_branch(
     conn: &mut PgConnection,
@@ -157,10 +159,10 @@ pub async fn keyword_branch(
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut bounds = if filters.is_empty() { KeywordBounds::bounded(search.limit) } else { KeywordBounds::EXACT };
+    let mut bounds = if filters.is_empty() { KeywordBounds::bounded(search.rows) } else { KeywordBounds::EXACT };
     loop {
         let rows = keyword_pass(&mut *conn, scope, filters, search, bounds).await?;
-        let complete = rows.len() >= search.limit || rows.first().is_some_and(|r| !r.truncated);
+        let complete = rows.len() >= search.rows || rows.first().is_some_and(|r| !r.truncated);
         if complete || bounds == KeywordBounds::EXACT {
             return Ok(rows.into_iter().map(|r| r.candidate).collect());
         }
@@ -187,7 +189,7 @@ async fn keyword_pass(
     search: &KeywordSearch<'_>,
     bounds: KeywordBounds,
 ) -> sqlx::Result<Vec<KeywordRow>> {
-    let KeywordSearch { text_search_config, text, query, limit, extras, bm25 } = *search;
+    let KeywordSearch { text_search_config, text, query, rows, extras, bm25 } = *search;
     let mut qb = QueryBuilder::new(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
                          FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
@@ -260,7 +262,7 @@ async fn keyword_pass(
         .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(limit as i64);
+    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(rows as i64);
     qb.build_query_as().fetch_all(conn).await
 }
 
@@ -269,14 +271,14 @@ pub async fn metadata_branch(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
-    limit: usize,
+    rows: usize,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let mut qb = QueryBuilder::new("");
     select_head(&mut qb, CandidateExtras::NONE);
     qb.push("NULL::float8 AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" ORDER BY m.created_at DESC, m.id LIMIT ").push_bind(limit as i64);
+    qb.push(" ORDER BY m.created_at DESC, m.id LIMIT ").push_bind(rows as i64);
     qb.build_query_as().fetch_all(conn).await
 }
 
@@ -295,7 +297,7 @@ pub async fn entity_neighbours(
     filters: &SearchFilters,
     seeds: &[Uuid],
     query: Option<&Vector>,
-    limit: usize,
+    rows: usize,
 ) -> sqlx::Result<Vec<GraphNeighbour>> {
     let mut qb = QueryBuilder::new("SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
     qb.push(MEMORY_COLUMNS).push(", ");
@@ -318,6 +320,6 @@ pub async fn entity_neighbours(
         .push(")) AND ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" ORDER BY m.id, e1.memory_id LIMIT ").push_bind(limit as i64);
+    qb.push(" ORDER BY m.id, e1.memory_id LIMIT ").push_bind(rows as i64);
     qb.build_query_as().fetch_all(conn).await
 }

@@ -12,7 +12,7 @@ use memory_core::{
     config,
     db::PgPool,
     jobs::{JobType, QueuedJob},
-    lifecycle::outbox::{EventSink, JobSink, OutboxRelay},
+    outbox::{EventSink, JobSink, OutboxRelay},
     store::outbox::OutboxEvent,
 };
 
@@ -78,20 +78,9 @@ impl SqsJobSink {
     pub fn from_env(sdk: &SdkConfig) -> Self {
         let queues = JobType::ALL
             .into_iter()
-            .filter_map(|job| std::env::var(queue_variable(job)).ok().map(|url| (job, url)))
+            .filter_map(|job| std::env::var(job.queue_variable()).ok().map(|url| (job, url)))
             .collect();
         Self::new(aws_sdk_sqs::Client::new(sdk), queues)
-    }
-}
-
-/// The environment variable naming a job type's queue URL.
-pub fn queue_variable(job: JobType) -> &'static str {
-    match job {
-        JobType::MemoryIngest => "MEMORY_INGEST_QUEUE_URL",
-        JobType::MemoryDedupReview => "MEMORY_DEDUP_QUEUE_URL",
-        JobType::MemoryContradictionCheck => "MEMORY_CONTRADICTION_QUEUE_URL",
-        JobType::MemoryEntitySynthesis => "MEMORY_SYNTHESIS_QUEUE_URL",
-        JobType::MemoryFileScan => "MEMORY_FILE_SCAN_QUEUE_URL",
     }
 }
 

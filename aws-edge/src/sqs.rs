@@ -4,11 +4,11 @@
 //! message is applied, the domain events its transactions wrote are relayed to the event bus; events the bus
 //! does not take wait in the outbox for the scheduled sweep (the message is not failed for them).
 
-use std::{future::Future, sync::Arc};
+use std::{future::Future, pin::Pin, sync::Arc};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
-use memory_core::lifecycle::outbox::OutboxRelay;
+use memory_core::{db::PgPool, outbox::OutboxRelay};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -58,10 +58,29 @@ pub async fn process<H: JobHandler>(
     Ok(response)
 }
 
+/// What runs a job's handler: the Lambda runtime ([`Lambda`]) or a local poller.
+pub trait Runner {
+    type Output;
+    fn run<H: JobHandler>(self, handler: H) -> Self::Output;
+}
+
+/// The Lambda runtime, relaying each message's events to the bus named by `MEMORY_EVENT_BUS`.
+pub struct Lambda {
+    pub pool: PgPool,
+}
+
+impl Runner for Lambda {
+    type Output = Pin<Box<dyn Future<Output = Result<(), lambda_runtime::Error>>>>;
+
+    fn run<H: JobHandler>(self, handler: H) -> Self::Output {
+        Box::pin(run(handler, self.pool))
+    }
+}
+
 /// Runs the worker under the Lambda runtime, relaying its events to the bus named by `MEMORY_EVENT_BUS`.
-pub async fn run<H: JobHandler>(handler: H, pool: memory_core::db::PgPool) -> Result<(), lambda_runtime::Error> {
+pub async fn run<H: JobHandler>(handler: H, pool: PgPool) -> Result<(), lambda_runtime::Error> {
     let handler = Arc::new(handler);
-    let relay = Arc::new(outbox_relay::relay_from_env(pool).await?);
+    let relay = Arc::new(crate::relay::relay_from_env(pool).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let (handler, relay) = (handler.clone(), relay.clone());
         async move { process(handler.as_ref(), Some(relay.as_ref()), event.payload).await }

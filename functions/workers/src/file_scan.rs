@@ -32,7 +32,7 @@ impl Worker {
     }
 }
 
-impl sqs_worker::JobHandler for Worker {
+impl aws_edge::sqs::JobHandler for Worker {
     type Job = FileScanJob;
 
     fn organization_id(job: &FileScanJob) -> Uuid {

@@ -27,7 +27,7 @@ impl Worker {
     }
 }
 
-impl sqs_worker::JobHandler for Worker {
+impl aws_edge::sqs::JobHandler for Worker {
     type Job = DedupReviewJob;
 
     fn organization_id(job: &DedupReviewJob) -> Uuid {

@@ -32,7 +32,7 @@ impl Worker {
     }
 }
 
-impl sqs_worker::JobHandler for Worker {
+impl aws_edge::sqs::JobHandler for Worker {
     type Job = IngestBatch;
 
     fn organization_id(batch: &IngestBatch) -> Uuid {

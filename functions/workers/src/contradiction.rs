@@ -24,7 +24,7 @@ impl Worker {
     }
 }
 
-impl sqs_worker::JobHandler for Worker {
+impl aws_edge::sqs::JobHandler for Worker {
     type Job = ContradictionCheckJob;
 
     fn organization_id(job: &ContradictionCheckJob) -> Uuid {

@@ -1,0 +1,5 @@
+//! The AWS edge shared by the functions: [`sqs`] turns an SQS batch into job handler calls and partial batch
+//! failures; [`relay`] plugs EventBridge and SQS into the core's outbox relay.
+
+pub mod relay;
+pub mod sqs;

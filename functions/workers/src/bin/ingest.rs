@@ -1,0 +1,6 @@
+//! Lambda entry point of the `ingest` worker function.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    workers::lambda_main(memory_core::jobs::JobType::MemoryIngest).await
+}

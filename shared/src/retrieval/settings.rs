@@ -1,0 +1,91 @@
+//! The retrieval pipeline's tunables, their defaults (what the service runs) and their ranges.
+
+use super::ranking::{RankingFormula, RankingWeights};
+use crate::{
+    config::{ConfigError, in_range, parsed_or},
+    store::branches::Bm25,
+};
+
+/// Tunables of the retrieval pipeline. `Default` is what the service runs; [`RetrievalConfig::spec`] ranks by the
+/// spec's formula instead.
+#[derive(Debug, Clone)]
+pub struct RetrievalConfig {
+    /// The Stage 4 formula (`MEMORY_RANKING`: `relevance` or `spec`).
+    pub ranking: RankingFormula,
+    /// Weights of the spec's composite (used by [`RankingFormula::Spec`] only).
+    pub weights: RankingWeights,
+    /// Rows each Stage 1 branch contributes (vector neighbours; keyword matches), or `max_results` if larger. 50
+    /// scored as well as 100 on SciFact and REALTALK and cut the 1M benchmark's end-to-end p95 by 10-20%
+    /// (docs/decisions.md).
+    pub rows_per_branch: usize,
+    /// Stage 1 candidates kept after fusion (or `max_results` if larger).
+    pub kept_after_fusion: usize,
+    /// Largest `max_results` a caller may ask for.
+    pub max_results_cap: usize,
+    /// Below this top score the taxonomy filter is dropped and the full candidate set re-ranked.
+    pub min_top_score: f64,
+    /// Sessions whose cooldown state is kept per warm instance (least recently used are dropped).
+    pub cooldown_sessions: usize,
+    /// Bytes of query embeddings kept in process (per organisation and text).
+    pub query_cache_bytes: usize,
+    /// Time budgets: the query embedding, and each search branch's statement timeout. Over budget, a request goes
+    /// on degraded (keyword only, or without the branch) rather than slower.
+    pub embedding_budget_ms: u64,
+    pub vector_budget_ms: u64,
+    pub keyword_budget_ms: u64,
+    /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
+    pub bm25: Bm25,
+}
+
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            ranking: RankingFormula::Relevance,
+            weights: RankingWeights::default(),
+            rows_per_branch: 50,
+            kept_after_fusion: 500,
+            max_results_cap: 100,
+            min_top_score: 0.35,
+            cooldown_sessions: 10_000,
+            query_cache_bytes: 8 << 20,
+            embedding_budget_ms: 2_000,
+            vector_budget_ms: 2_000,
+            keyword_budget_ms: 2_000,
+            bm25: Bm25::default(),
+        }
+    }
+}
+
+impl RetrievalConfig {
+    /// The service's settings with Stage 4 ranking by the spec's composite (cosine × 0.5 + recency × 0.3 +
+    /// confidence × 0.2), as the spec's own ranking tests assume.
+    pub fn spec() -> Self {
+        Self { ranking: RankingFormula::Spec, ..Self::default() }
+    }
+
+    /// The defaults, each overridden by its `MEMORY_*` variable.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            ranking: parsed_or("MEMORY_RANKING", d.ranking)?,
+            weights: RankingWeights {
+                cosine: parsed_or("MEMORY_RANK_WEIGHT_COSINE", d.weights.cosine)?,
+                recency: parsed_or("MEMORY_RANK_WEIGHT_RECENCY", d.weights.recency)?,
+                confidence: parsed_or("MEMORY_RANK_WEIGHT_CONFIDENCE", d.weights.confidence)?,
+            },
+            rows_per_branch: parsed_or("MEMORY_BRANCH_DEPTH", d.rows_per_branch)?,
+            kept_after_fusion: parsed_or("MEMORY_CANDIDATE_LIMIT", d.kept_after_fusion)?,
+            max_results_cap: parsed_or("MEMORY_MAX_RESULTS_CAP", d.max_results_cap)?,
+            min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
+            cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,
+            query_cache_bytes: parsed_or("MEMORY_QUERY_CACHE_BYTES", d.query_cache_bytes)?,
+            embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
+            vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
+            keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
+            bm25: Bm25 {
+                k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
+                b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,
+            },
+        })
+    }
+}

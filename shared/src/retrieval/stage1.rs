@@ -1,0 +1,148 @@
+//! Stage 1: the vector and keyword branches, run concurrently inside the scope predicate and fused.
+//! A branch that fails degrades the result instead of failing it.
+
+use pgvector::Vector;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::fusion;
+use crate::{
+    domain::Memory,
+    store::{
+        self, ScopeFilter, SearchFilters,
+        branches::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
+    },
+};
+
+/// A memory in the Stage 1 candidate set.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub memory: Memory,
+    pub cosine_sim: Option<f64>,
+    pub keyword_score: Option<f64>,
+    pub taxonomy_node_ids: Vec<Uuid>,
+    pub mentions_profiled_entity: bool,
+    pub vector_rank: Option<usize>,
+    pub keyword_rank: Option<usize>,
+    /// The keyword score relative to the best keyword match of this query (1 for the best), when matched.
+    pub keyword_relative: Option<f64>,
+    pub rrf: f64,
+    /// Both branches' evidence in [0, 1] ([`fusion::relevance`]).
+    pub relevance: f64,
+}
+
+/// Stage 1's output and what went wrong on the way.
+pub struct CandidateSet {
+    pub candidates: Vec<Candidate>,
+    pub degraded_reasons: Vec<String>,
+}
+
+/// Settings of the two branches.
+pub struct BranchSettings<'a> {
+    /// Rows each branch contributes.
+    pub rows_per_branch: usize,
+    /// Candidates kept after fusion.
+    pub kept_after_fusion: usize,
+    pub text_search_config: &'a str,
+    pub bm25: Bm25,
+    /// Statement timeouts of the branches: a branch over its budget fails and the request goes on without it.
+    pub vector_timeout_ms: u64,
+    pub keyword_timeout_ms: u64,
+    pub run_vector: bool,
+    pub run_keyword: bool,
+    pub extras: CandidateExtras,
+}
+
+/// Runs the branches and fuses them; the candidates come back best-fused first, ties by id.
+pub async fn gather(
+    pool: &PgPool,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text: &str,
+    query: Option<&Vector>,
+    settings: &BranchSettings<'_>,
+) -> crate::Result<CandidateSet> {
+    let vector = async {
+        let (Some(q), true) = (query, settings.run_vector) else { return None };
+        Some(vector_branch(pool, scope, filters, q, settings).await)
+    };
+    let keyword = async {
+        if !settings.run_keyword || text.trim().is_empty() {
+            return None;
+        }
+        Some(keyword_branch(pool, scope, filters, text, query, settings).await)
+    };
+    let (vector, keyword) = tokio::join!(vector, keyword);
+
+    let mut degraded_reasons = Vec::new();
+    let mut failed = 0;
+    let mut ok_rows = |result: Option<Result<Vec<CandidateRow>, sqlx::Error>>, reason: &str| match result {
+        None => Vec::new(),
+        Some(Ok(rows)) => rows,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, branch = reason, "search branch failed; continuing without it");
+            degraded_reasons.push(reason.to_string());
+            failed += 1;
+            Vec::new()
+        }
+    };
+    let ran = usize::from(vector.is_some()) + usize::from(keyword.is_some());
+    let vector_rows = ok_rows(vector, "vector_search_failed");
+    let keyword_rows = ok_rows(keyword, "keyword_search_failed");
+    // No branch answered: every branch that ran failed, and there was something to search with (a failure, or a
+    // vector branch left out for want of an embedding). An empty answer would hide an outage.
+    let vector_missing = settings.run_vector && query.is_none();
+    if failed == ran && (failed > 0 || vector_missing) {
+        return Err(crate::Error::Unavailable(format!("no search branch answered ({})", degraded_reasons.join(", "))));
+    }
+
+    Ok(CandidateSet {
+        candidates: fusion::fuse(vector_rows, keyword_rows, settings.kept_after_fusion),
+        degraded_reasons,
+    })
+}
+
+/// The vector branch in its own organisation-bound transaction, under the branch's time budget.
+pub async fn vector_branch(
+    pool: &PgPool,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    query: &Vector,
+    settings: &BranchSettings<'_>,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
+    let mut tx = store::begin_vector_search(pool, scope.organization_id, rows, budget_ms).await?;
+    let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras).await?;
+    tx.commit().await?;
+    Ok(found)
+}
+
+/// The keyword branch in its own organisation-bound transaction, under the branch's time budget.
+pub async fn keyword_branch(
+    pool: &PgPool,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    text: &str,
+    query: Option<&Vector>,
+    settings: &BranchSettings<'_>,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let mut tx = store::begin_keyword_search(pool, scope.organization_id, settings.keyword_timeout_ms).await?;
+    let search = settings.keyword_search(text, query);
+    let found = store::branches::keyword_branch(&mut tx, scope, filters, &search).await?;
+    tx.commit().await?;
+    Ok(found)
+}
+
+impl<'a> BranchSettings<'a> {
+    /// What the keyword branch searches for with these settings.
+    pub fn keyword_search(&self, text: &'a str, query: Option<&'a Vector>) -> KeywordSearch<'a> {
+        KeywordSearch {
+            text_search_config: self.text_search_config,
+            text,
+            query,
+            rows: self.rows_per_branch,
+            extras: self.extras,
+            bm25: self.bm25,
+        }
+    }
+}
