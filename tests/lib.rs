@@ -114,8 +114,14 @@ pub fn axis(i: usize) -> Vec<f32> {
     v
 }
 
+/// A retriever ranking by the spec's formula, as the spec's own tests assume.
 pub fn retriever(db: &Db, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>) -> Retriever {
     Retriever::new(db.app.clone(), embedder, llm, RetrievalConfig::spec())
+}
+
+/// A retriever with the settings the service ships (`RetrievalConfig::default()`).
+pub fn shipped_retriever(db: &Db, embedder: Arc<dyn Embedder>) -> Retriever {
+    Retriever::new(db.app.clone(), embedder, None, RetrievalConfig::default())
 }
 
 /// Builder for a memory fixture.

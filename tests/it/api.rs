@@ -355,3 +355,102 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     let request = lambda_http::request::from_str(&issued.to_string()).unwrap();
     assert_eq!(strict.oneshot(request).await.unwrap().status(), StatusCode::OK);
 }
+
+/// The body of a response validated against the schema the OpenAPI document declares for its route and status.
+fn conforms(doc: &Value, route: &str, method: &str, status: StatusCode, body: &Value) -> Result<(), String> {
+    let declared = &doc["paths"][route][method.to_lowercase()]["responses"][status.as_str()];
+    let schema = declared["content"]["application/json"]["schema"].clone();
+    if schema.is_null() {
+        return Err(format!("{method} {route} answered {status}, which the document does not declare with a body"));
+    }
+    // The components travel with the schema, so its `#/components/schemas/...` references resolve.
+    let mut schema = schema;
+    schema["components"] = doc["components"].clone();
+    let validator = jsonschema::validator_for(&schema).map_err(|e| format!("{method} {route}: bad schema: {e}"))?;
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    if errors.is_empty() { Ok(()) } else { Err(format!("{method} {route} {status}: {errors:?}\n{body}")) }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let agent = agent_with_scopes(&db, org, Scope::ALL).await;
+    let old = memory(org, "probe query old").embedding(axis(0)).insert(&db).await;
+    let new = memory(org, "probe query new").embedding(axis(0)).insert(&db).await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    store::transitions::supersede(&mut tx, org, old.id, new.id, "test").await.unwrap();
+    tx.commit().await.unwrap();
+    let api = Api::new(&db);
+    let (_, doc) = api.call("GET", "/openapi.json", None, None).await;
+    let t = Some(token(org, Some(agent), None));
+    let other_org = Some(token(Uuid::now_v7(), None, None));
+    let post = |uri: &str, token: &Option<String>, body: Value, status, code| -> Case {
+        ("POST", uri.into(), token.clone(), Some(body.to_string()), status, code)
+    };
+    let get =
+        |uri: String, token: &Option<String>, status, code| -> Case { ("GET", uri, token.clone(), None, status, code) };
+    let (old_uri, new_uri) = (format!("/v1/memories/{}", old.id), format!("/v1/memories/{}", new.id));
+    let agent_query = json!({"mode": "agent_query", "query": QUERY});
+    let passive = json!({"mode": "passive", "query": QUERY, "session_id": "s", "turn": 1});
+    let elsewhere = json!({"mode": "agent_query", "query": QUERY, "organization_id": Uuid::now_v7()});
+    let too_large = json!({"mode": "agent_query", "query": "x".repeat(70 * 1024)});
+    let unpaired = json!({"mode": "passive", "query": QUERY});
+    let malformed =
+        ("POST", "/v1/retrieve".into(), t.clone(), Some("{".into()), StatusCode::BAD_REQUEST, "malformed_json");
+    let cases: Vec<(&str, Case)> = vec![
+        ("/healthz", get("/healthz".into(), &None, StatusCode::OK, "")),
+        ("/v1/tools", get("/v1/tools".into(), &None, StatusCode::OK, "")),
+        ("/v1/retrieve", post("/v1/retrieve", &t, passive, StatusCode::OK, "")),
+        ("/v1/retrieve", post("/v1/retrieve", &t, agent_query.clone(), StatusCode::OK, "")),
+        ("/v1/retrieve", malformed),
+        ("/v1/retrieve", post("/v1/retrieve", &None, agent_query, StatusCode::UNAUTHORIZED, "unauthorized")),
+        ("/v1/retrieve", post("/v1/retrieve", &t, elsewhere, StatusCode::FORBIDDEN, "forbidden")),
+        ("/v1/retrieve", post("/v1/retrieve", &t, too_large, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")),
+        ("/v1/retrieve", post("/v1/retrieve", &t, unpaired, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request")),
+        ("/v1/tools/memory.query", post("/v1/tools/memory.query", &t, json!({"query": QUERY}), StatusCode::OK, "")),
+        (
+            "/v1/tools/memory.query",
+            post(
+                "/v1/tools/memory.query",
+                &t,
+                json!({"query": ""}),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+            ),
+        ),
+        ("/v1/search", post("/v1/search", &t, json!({"query": QUERY, "strategy": "hybrid"}), StatusCode::OK, "")),
+        ("/v1/search", post("/v1/search", &t, json!({"query": QUERY, "strategy": "graph"}), StatusCode::OK, "")),
+        (
+            "/v1/search",
+            post(
+                "/v1/search",
+                &other_org,
+                json!({"query": QUERY, "organization_id": org}),
+                StatusCode::FORBIDDEN,
+                "forbidden",
+            ),
+        ),
+        ("/v1/memories/{id}", get(old_uri.clone(), &t, StatusCode::OK, "")),
+        ("/v1/memories/{id}", get(format!("/v1/memories/{}", Uuid::now_v7()), &t, StatusCode::NOT_FOUND, "not_found")),
+        ("/v1/memories/{id}", get("/v1/memories/not-a-uuid".into(), &t, StatusCode::BAD_REQUEST, "invalid_uuid")),
+        ("/v1/memories/{id}/chain", get(format!("{old_uri}/chain"), &t, StatusCode::OK, "")),
+        ("/v1/memories/{id}/chain", get(format!("{new_uri}/chain"), &other_org, StatusCode::NOT_FOUND, "not_found")),
+    ];
+    let mut answered_ok = std::collections::BTreeSet::new();
+    for (route, (method, uri, token, body, expected, code)) in cases {
+        let (status, answer) = api.call(method, &uri, token.as_deref(), body).await;
+        assert_eq!(status, expected, "{method} {uri}: {answer}");
+        assert_eq!(error_code(&answer), code, "{method} {uri}: {answer}");
+        conforms(&doc, route, method, status, &answer).unwrap();
+        if status == StatusCode::OK {
+            answered_ok.insert((route, method.to_lowercase()));
+        }
+    }
+    // Every documented operation was called and answered as documented.
+    for (route, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            assert!(answered_ok.contains(&(route.as_str(), method.clone())), "{method} {route} was not exercised");
+        }
+    }
+}

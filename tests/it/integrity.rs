@@ -116,16 +116,7 @@ async fn synthesis_over_two_agents_private_memories_produces_no_profile_the_othe
     assert_eq!(synthesis.profiles.len(), 2, "one profile per agent");
 
     for (reader, others_secret) in [(x, "y-secret"), (y, "x-secret")] {
-        let scope = ScopeFilter {
-            organization_id: org,
-            read_scopes: Scope::ALL.to_vec(),
-            project_id: None,
-            task_id: None,
-            agent_id: Some(reader),
-            sensitivity_gate: false,
-            include_inactive: true,
-            any_project_or_task: true,
-        };
+        let scope = ScopeFilter::for_audit(org, Scope::ALL.to_vec(), Some(reader));
         let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
         let mut readable = 0;
         for profile in &synthesis.profiles {

@@ -14,5 +14,6 @@ mod lifecycle;
 mod pipeline;
 mod schema;
 mod search;
+mod shipped_ranking;
 mod supersession;
 mod workers;

@@ -274,7 +274,7 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         extras: CandidateExtras::NONE,
         bm25,
     };
-    let mut tx = store::begin_keyword_search(&db.app, scope.organization_id, 5_000).await.unwrap();
+    let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
     let rows = store::branches::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     rows
@@ -300,16 +300,8 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
     }
     let far = memory(org, "zephyr delta epsilon theta iota").insert(&db).await;
 
-    let scope = ScopeFilter {
-        organization_id: org,
-        read_scopes: vec![Scope::Org, Scope::AgentPrivate],
-        project_id: None,
-        task_id: None,
-        agent_id: Some(Uuid::now_v7()),
-        sensitivity_gate: false,
-        include_inactive: false,
-        any_project_or_task: false,
-    };
+    let scope =
+        ScopeFilter::for_retrieval(org, vec![Scope::Org, Scope::AgentPrivate], Some(Uuid::now_v7()), None, None, false);
     let rows = zephyr_rows(&db, &scope, Bm25::default()).await;
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);
@@ -323,16 +315,7 @@ async fn keyword_scores_follow_the_configured_bm25_parameters(opts: PgPoolOption
     let org = Uuid::now_v7();
     let short = memory(org, "zephyr alpha").insert(&db).await;
     let long = memory(org, "zephyr beta gamma delta epsilon theta").insert(&db).await;
-    let scope = ScopeFilter {
-        organization_id: org,
-        read_scopes: vec![Scope::Org],
-        project_id: None,
-        task_id: None,
-        agent_id: None,
-        sensitivity_gate: false,
-        include_inactive: false,
-        any_project_or_task: false,
-    };
+    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
     let scores = async |b: f64| {
         let rows = zephyr_rows(&db, &scope, Bm25 { k1: 1.2, b }).await;
         let score = |id: Uuid| rows.iter().find(|r| r.memory.id == id).unwrap().keyword_score.unwrap();

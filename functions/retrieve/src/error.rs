@@ -5,7 +5,23 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code (`bad_request`, `invalid_json`, `unauthorized`, `forbidden`, `not_found`,
+    /// `payload_too_large`, `unprocessable`, `unavailable`, `internal`, ...).
+    pub code: String,
+    /// What was wrong, for a person.
+    pub message: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -106,7 +122,7 @@ impl IntoResponse for ApiError {
         if let Self::Internal(e) = &self {
             tracing::error!(error = ?e, "request failed");
         }
-        let body = json!({ "error": { "code": self.code(), "message": self.to_string() } });
+        let body = ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.to_string() } };
         let mut response = (self.status_code(), Json(body)).into_response();
         if matches!(self, Self::Unavailable(_)) {
             response

@@ -121,30 +121,45 @@ impl Retriever {
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
     ) -> crate::Result<ScopeFilter> {
-        // The context read is one prepared round trip; the small taxonomy it also returns is not needed here.
-        let read_scopes = match agent_id {
-            Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,
-            None => None,
-        };
-        Ok(build_scope_filter(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
+        let read_scopes = self.read_scopes(organization_id, agent_id).await?;
+        Ok(ScopeFilter::for_retrieval(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
     }
 
-    /// One memory the principal may read, in any status (superseded and archived ones are kept for audit).
-    pub async fn memory(&self, scope: &ScopeFilter, id: Uuid) -> crate::Result<Memory> {
-        let scope = ScopeFilter { include_inactive: true, ..scope.clone() };
-        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+    /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
+    /// project or task its read scopes admit.
+    pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
+        let scope =
+            ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
         let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
         tx.commit().await?;
         memory.ok_or(crate::Error::NotFound { kind: "memory", id })
     }
 
-    /// The supersession chain through a memory, oldest first: what it replaced and what replaced it.
-    pub async fn supersession_chain(&self, scope: &ScopeFilter, id: Uuid) -> crate::Result<Vec<Memory>> {
-        let scope = ScopeFilter { include_inactive: true, ..scope.clone() };
-        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+    /// The supersession chain through a memory the principal may read, oldest first: what it replaced and what
+    /// replaced it.
+    pub async fn supersession_chain(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        id: Uuid,
+    ) -> crate::Result<Vec<Memory>> {
+        let scope =
+            ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
         let chain = crate::lifecycle::supersession::chain(&mut tx, &scope, id).await?;
         tx.commit().await?;
         Ok(chain)
+    }
+
+    /// The read scopes of a principal (the context read is one prepared round trip; the small taxonomy it also
+    /// returns is not needed here).
+    async fn read_scopes(&self, organization_id: Uuid, agent_id: Option<Uuid>) -> crate::Result<Vec<Scope>> {
+        let stored = match agent_id {
+            Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,
+            None => None,
+        };
+        Ok(read_scopes_of(agent_id, stored))
     }
 
     /// The query's embedding, from the organisation's cache or the embedder within the embedding budget; None
@@ -198,27 +213,11 @@ impl Retriever {
     }
 }
 
-/// The scope filter of a caller whose agent profile held `read_scopes` (None: no profile, or no agent).
-fn build_scope_filter(
-    organization_id: Uuid,
-    read_scopes: Option<Vec<Scope>>,
-    agent_id: Option<Uuid>,
-    project_id: Option<Uuid>,
-    task_id: Option<Uuid>,
-    sensitivity_gate: bool,
-) -> ScopeFilter {
-    let read_scopes = match agent_id {
-        Some(_) => read_scopes.unwrap_or_else(|| vec![Scope::Org]),
+/// The read scopes of a caller whose agent profile held `stored` (None: no profile, or no agent): an agent without a
+/// profile reads only `org`; a non-agent caller reads every shared scope.
+fn read_scopes_of(agent_id: Option<Uuid>, stored: Option<Vec<Scope>>) -> Vec<Scope> {
+    match agent_id {
+        Some(_) => stored.unwrap_or_else(|| vec![Scope::Org]),
         None => SERVICE_READ_SCOPES.to_vec(),
-    };
-    ScopeFilter {
-        organization_id,
-        read_scopes,
-        project_id,
-        task_id,
-        agent_id,
-        sensitivity_gate,
-        include_inactive: false,
-        any_project_or_task: false,
     }
 }

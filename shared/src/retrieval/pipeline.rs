@@ -4,8 +4,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, build_scope_filter,
-    cooldown_token,
+    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, cooldown_token,
     mention::parse_mentions,
     ranking,
     stage1::{self, BranchSettings, Candidate},
@@ -188,7 +187,8 @@ impl Retriever {
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
         let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
         let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
-        let scope = build_scope_filter(org, context.read_scopes, agent, project, task, gate);
+        let read_scopes = super::read_scopes_of(agent, context.read_scopes);
+        let scope = ScopeFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
         Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))
     }
 
@@ -230,7 +230,7 @@ impl Retriever {
         if profiled.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+        let mut tx = store::begin_for_org(&self.pool, scope.organization_id()).await?;
         let profiles = store::entities::profiles_for(&mut tx, scope, profiled).await?;
         tx.commit().await?;
         Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())

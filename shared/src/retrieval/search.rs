@@ -90,7 +90,7 @@ impl Retriever {
         degraded: &mut Vec<String>,
     ) {
         let result: crate::Result<()> = async {
-            let mut tx = store::begin_for_org(&self.pool, scope.organization_id).await?;
+            let mut tx = store::begin_for_org(&self.pool, scope.organization_id()).await?;
             let mut score_of: HashMap<Uuid, f64> = hits.iter().map(|h| (h.memory.id, h.score)).collect();
             let mut frontier: Vec<Uuid> = hits.iter().take(GRAPH_SEEDS).map(|h| h.memory.id).collect();
             for hop in 1..=MAX_HOPS {

@@ -111,7 +111,7 @@ pub async fn vector_branch(
     settings: &BranchSettings<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
-    let mut tx = store::begin_vector_search(pool, scope.organization_id, rows, budget_ms).await?;
+    let mut tx = store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms).await?;
     let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras).await?;
     tx.commit().await?;
     Ok(found)
@@ -126,7 +126,7 @@ pub async fn keyword_branch(
     query: Option<&Vector>,
     settings: &BranchSettings<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut tx = store::begin_keyword_search(pool, scope.organization_id, settings.keyword_timeout_ms).await?;
+    let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
     let search = settings.keyword_search(text, query);
     let found = store::branches::keyword_branch(&mut tx, scope, filters, &search).await?;
     tx.commit().await?;

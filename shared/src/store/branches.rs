@@ -194,7 +194,7 @@ async fn keyword_pass(
         "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
                          FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
     );
-    qb.push_bind(scope.organization_id)
+    qb.push_bind(scope.organization_id())
         .push(
             "), terms AS (\
                  SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n \
@@ -208,7 +208,7 @@ async fn keyword_pass(
              CROSS JOIN LATERAL (SELECT coalesce(sum(s.doc_count), 0)::float8 AS df FROM memory_term_stats s \
                                  WHERE s.organization_id = ",
         )
-        .push_bind(scope.organization_id)
+        .push_bind(scope.organization_id())
         // At most MAX_QUERY_TERMS terms are scored, the rarest (the most telling) first: a long query costs no
         // more than a short one.
         .push(format!(" AND s.lexeme = t.lexeme) ts ORDER BY ts.df, t.lexeme LIMIT {MAX_QUERY_TERMS}), "))
@@ -238,7 +238,7 @@ async fn keyword_pass(
              FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
                  SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
         )
-        .push_bind(scope.organization_id)
+        .push_bind(scope.organization_id())
         .push(" AND p.lexeme = w.lexeme ORDER BY p.tf DESC, p.doc_length, p.memory_id LIMIT ")
         .push_bind(bounds.postings_per_term)
         .push(") p GROUP BY p.memory_id HAVING bool_or(w.selective) ORDER BY bm25 DESC, p.memory_id LIMIT ")
@@ -258,7 +258,7 @@ async fn keyword_pass(
             ") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score \
              FROM ranked r CROSS JOIN query JOIN memory m ON m.organization_id = ",
         )
-        .push_bind(scope.organization_id)
+        .push_bind(scope.organization_id())
         .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
@@ -312,7 +312,7 @@ pub async fn entity_neighbours(
              JOIN memory m ON m.organization_id = e2.organization_id AND m.id = e2.memory_id \
              WHERE e1.organization_id = ",
         )
-        .push_bind(scope.organization_id)
+        .push_bind(scope.organization_id())
         .push(" AND e1.memory_id = ANY(")
         .push_bind(seeds.to_vec())
         .push(") AND NOT (m.id = ANY(")

@@ -10,23 +10,66 @@ use uuid::Uuid;
 use crate::domain::{MemoryType, Scope};
 
 /// The hard predicate of Stage 1: which memories a principal may read at all. Built from the agent's
-/// `memory_read_scopes` (stored in the database, never taken from a request) and the principal's organisation.
+/// `memory_read_scopes` (stored in the database, never taken from a request) and the principal's organisation, by
+/// the constructor of the operation that reads: [`ScopeFilter::for_retrieval`] or [`ScopeFilter::for_audit`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScopeFilter {
-    pub organization_id: Uuid,
-    pub read_scopes: Vec<Scope>,
-    pub project_id: Option<Uuid>,
-    pub task_id: Option<Uuid>,
-    pub agent_id: Option<Uuid>,
+    organization_id: Uuid,
+    read_scopes: Vec<Scope>,
+    project_id: Option<Uuid>,
+    task_id: Option<Uuid>,
+    agent_id: Option<Uuid>,
     /// true excludes `restricted` memories.
-    pub sensitivity_gate: bool,
+    sensitivity_gate: bool,
     /// false (retrieval) admits only active, unexpired memories; true (audit reads) admits every status.
-    pub include_inactive: bool,
+    include_inactive: bool,
     /// Direct reads by id: readable project and task scopes admit any project or task of the organisation.
-    pub any_project_or_task: bool,
+    any_project_or_task: bool,
 }
 
 impl ScopeFilter {
+    /// Retrieval and search: active, unexpired memories in `read_scopes`, of the project and task the request names
+    /// (project and task scopes admit nothing when it names none), without `restricted` ones behind the gate.
+    pub fn for_retrieval(
+        organization_id: Uuid,
+        read_scopes: Vec<Scope>,
+        agent_id: Option<Uuid>,
+        project_id: Option<Uuid>,
+        task_id: Option<Uuid>,
+        sensitivity_gate: bool,
+    ) -> Self {
+        Self {
+            organization_id,
+            read_scopes,
+            project_id,
+            task_id,
+            agent_id,
+            sensitivity_gate,
+            include_inactive: false,
+            any_project_or_task: false,
+        }
+    }
+
+    /// Reads by id and supersession chains: memories of every status in `read_scopes`, of any project and task of
+    /// the organisation that those scopes admit, restricted ones included.
+    pub fn for_audit(organization_id: Uuid, read_scopes: Vec<Scope>, agent_id: Option<Uuid>) -> Self {
+        Self {
+            organization_id,
+            read_scopes,
+            project_id: None,
+            task_id: None,
+            agent_id,
+            sensitivity_gate: false,
+            include_inactive: true,
+            any_project_or_task: true,
+        }
+    }
+
+    /// The organisation every query under this filter is bound to.
+    pub fn organization_id(&self) -> Uuid {
+        self.organization_id
+    }
+
     /// Appends the predicate over alias `m`: organisation, active, not expired, readable scope, sensitivity.
     pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
         qb.push("m.organization_id = ").push_bind(self.organization_id);

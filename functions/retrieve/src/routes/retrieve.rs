@@ -7,7 +7,12 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{AppState, auth::Principal, error::ApiError, extract::ApiJson};
+use crate::{
+    AppState,
+    auth::Principal,
+    error::{ApiError, ErrorBody},
+    extract::ApiJson,
+};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -46,7 +51,7 @@ pub struct MemoryQueryInput {
 
 #[utoipa::path(
     post, path = "/v1/retrieve", request_body = RetrieveBody,
-    responses((status = 200, body = RetrievalResult), (status = 400), (status = 401), (status = 403), (status = 413), (status = 422)),
+    responses((status = 200, body = RetrievalResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn retrieve(
@@ -81,7 +86,7 @@ pub async fn retrieve(
 /// POST /v1/tools/memory.query: the agent's tool call, run as agent_query for the token's agent.
 #[utoipa::path(
     post, path = "/v1/tools/memory.query", request_body = MemoryQueryInput,
-    responses((status = 200, body = RetrievalResult), (status = 400), (status = 401), (status = 422)),
+    responses((status = 200, body = RetrievalResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn memory_query_tool(

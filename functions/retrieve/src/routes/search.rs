@@ -9,7 +9,12 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{AppState, auth::Principal, error::ApiError, extract::ApiJson};
+use crate::{
+    AppState,
+    auth::Principal,
+    error::{ApiError, ErrorBody},
+    extract::ApiJson,
+};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -38,7 +43,7 @@ pub struct SearchBody {
 
 #[utoipa::path(
     post, path = "/v1/search", request_body = SearchBody,
-    responses((status = 200, body = SearchResult), (status = 400), (status = 401), (status = 403), (status = 413), (status = 422)),
+    responses((status = 200, body = SearchResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]
 pub async fn search(

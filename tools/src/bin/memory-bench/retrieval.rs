@@ -219,7 +219,7 @@ async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f6
 
 /// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
 async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
-    let mut tx = store::begin_vector_search(pool, scope.organization_id, k, 5000).await?;
+    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
     let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);

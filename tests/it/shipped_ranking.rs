@@ -1,0 +1,159 @@
+//! The ranking the service ships (`RetrievalConfig::default()`: Stage 4 by relevance from both branches), through
+//! `Retriever::query` in every mode: most relevant last, keyword evidence, the taxonomy threshold and its fallback,
+//! and dates named in the question.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeZone, Utc};
+use integration_tests::{Db, FixedEmbedder, axis, memory, shipped_retriever, vector_with_similarity};
+use memory_core::retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, SessionTurn};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use uuid::Uuid;
+
+fn ids(result: &RetrievalResult) -> Vec<Uuid> {
+    result.memories.iter().map(|m| m.memory.id).collect()
+}
+
+/// A request of `mode` for `query` (mention mode mentions it; passive mode is a session's first turn).
+fn request(org: Uuid, mode: RetrievalMode, query: &str) -> RetrievalRequest {
+    let text = match mode {
+        RetrievalMode::Mention => format!("before we start, @memory:{query}"),
+        _ => query.to_string(),
+    };
+    let mut request = RetrievalRequest::new(org, mode, text);
+    if mode == RetrievalMode::Passive {
+        request.session = Some(SessionTurn { session_id: "s".into(), turn: 1 });
+    }
+    request
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn in_every_mode_a_memory_matching_the_words_outranks_a_closer_neighbour_and_comes_last(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let query = "zephyr rollout";
+    let answer = memory(org, "the zephyr rollout needs a canary first")
+        .embedding(vector_with_similarity(0.4, 3))
+        .insert(&db)
+        .await;
+    let closer = memory(org, "lunch is at noon").embedding(vector_with_similarity(0.7, 4)).insert(&db).await;
+    let far = memory(org, "the office is closed on friday").embedding(vector_with_similarity(0.2, 5)).insert(&db).await;
+    let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
+    let retriever = shipped_retriever(&db, embedder);
+
+    for mode in [RetrievalMode::Passive, RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        assert_eq!(ids(&result), vec![far.id, closer.id, answer.id], "{mode:?}: most relevant last");
+        let scores: Vec<f64> = result.memories.iter().map(|m| m.score).collect();
+        assert!(scores.windows(2).all(|w| w[0] <= w[1]), "{mode:?}: {scores:?}");
+        assert!(scores.iter().all(|s| (0.0..=1.0).contains(s)), "{mode:?}: relevance lies in [0, 1]: {scores:?}");
+        assert!(!result.fallback_used && result.taxonomy.is_empty(), "{mode:?}");
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_relevant_subtree_is_kept_and_the_rest_dropped(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let v = |other| vector_with_similarity(0.9, other);
+    memory(org, "rebase before merging").embedding(v(5)).taxonomy(&["workflow", "git"]).insert(&db).await;
+    memory(org, "ci runs on every push").embedding(v(6)).taxonomy(&["workflow", "ci"]).insert(&db).await;
+    memory(org, "small pull requests").embedding(v(7)).taxonomy(&["workflow"]).insert(&db).await;
+    let preference = memory(org, "tabs over spaces").embedding(v(8)).taxonomy(&["preferences"]).insert(&db).await;
+    let query = "how does our workflow go";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    let result = retriever.query(request(org, RetrievalMode::Passive, query)).await.unwrap();
+
+    assert_eq!(result.taxonomy, vec!["workflow".to_string()]);
+    assert!(!result.fallback_used);
+    assert_eq!(result.memories.len(), 3);
+    assert!(!ids(&result).contains(&preference.id));
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_subtree_matched_by_its_words_is_kept_though_its_vectors_are_far(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut tagged = Vec::new();
+    for i in 0..3 {
+        let m = memory(org, &format!("workflow note {i}"))
+            .embedding(vector_with_similarity(0.0, 20 + i))
+            .taxonomy(&["workflow"])
+            .insert(&db)
+            .await;
+        tagged.push(m.id);
+    }
+    memory(org, "untagged and close").embedding(axis(0)).insert(&db).await;
+    let query = "workflow question";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    let result = retriever.query(request(org, RetrievalMode::Passive, query)).await.unwrap();
+
+    assert!(!result.fallback_used, "keyword evidence makes the subtree relevant");
+    let mut found = ids(&result);
+    found.sort();
+    tagged.sort();
+    assert_eq!(found, tagged);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_subtree_without_evidence_falls_back_to_every_candidate(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..3 {
+        memory(org, &format!("old note {i}"))
+            .embedding(vector_with_similarity(0.0, 20 + i))
+            .taxonomy(&["workflow"])
+            .insert(&db)
+            .await;
+    }
+    let strong = memory(org, "untagged but close").embedding(axis(0)).insert(&db).await;
+    let query = "workflow question";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Passive, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        assert!(result.fallback_used, "{mode:?}");
+        assert_eq!(result.memories.len(), 4, "{mode:?}");
+        assert_eq!(result.memories.last().unwrap().memory.id, strong.id, "{mode:?}");
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_memory_of_the_date_the_question_names_outranks_a_newer_one(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let at = |month, day| -> DateTime<Utc> { Utc.with_ymd_and_hms(2024, month, day, 10, 0, 0).unwrap() };
+    let of_the_day = memory(org, "we decided to adopt zephyr")
+        .embedding(vector_with_similarity(0.8, 3))
+        .created_at(at(5, 3))
+        .insert(&db)
+        .await;
+    let newer = memory(org, "we decided to adopt zephyr")
+        .embedding(vector_with_similarity(0.8, 4))
+        .created_at(at(8, 1))
+        .insert(&db)
+        .await;
+    let query = "what did we decide on 3 May 2024";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Passive, RetrievalMode::AgentQuery] {
+        let mut request = request(org, mode, query);
+        request.as_of = Some(at(9, 1));
+        let result = retriever.query(request).await.unwrap();
+        assert_eq!(ids(&result), vec![newer.id, of_the_day.id], "{mode:?}: the memory of 3 May comes last");
+    }
+    // Without the date the newer memory ranks first: the date decided it.
+    let mut undated = request(org, RetrievalMode::AgentQuery, "what did we decide");
+    undated.as_of = Some(at(9, 1));
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with("what did we decide", axis(0))));
+    let result = retriever.query(undated).await.unwrap();
+    assert_eq!(ids(&result), vec![of_the_day.id, newer.id]);
+}
