@@ -562,3 +562,44 @@ mod file_baseline {
         std::fs::remove_dir_all(root).unwrap();
     }
 }
+
+/// The guarded transitions apply the rules themselves: a merge of memories with different readers, or a lowering
+/// by a memory that does not reach the target's readers, is held whoever calls it, and nothing changes.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{
+        domain::NewMemory,
+        lifecycle::guarded::{self, Job, Outcome},
+    };
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let public = memory(org, "The API listens on port 8080").insert(&db).await;
+    let private = memory(org, "I keep the API token in my notes")
+        .scope(Scope::AgentPrivate)
+        .agent(Uuid::now_v7())
+        .insert(&db)
+        .await;
+
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let locked = store::transitions::lock(&mut tx, org, &[public.id, private.id]).await.unwrap();
+    let (a, b) = (&locked[0], &locked[1]);
+    let merged = NewMemory::replacing(a, "both facts in one");
+    let merge = guarded::merge(&mut tx, Job::Dedup, &merged, a, b).await.unwrap();
+    assert!(matches!(&merge, Outcome::Held(why) if why.starts_with("readership")), "{merge:?}");
+    let lowered = guarded::lower_confidence(&mut tx, Job::Contradiction, &private, &public, 0.1, "test").await.unwrap();
+    assert!(matches!(&lowered, Outcome::Held(why) if why.starts_with("readership")), "{lowered:?}");
+    let superseded = guarded::supersede(&mut tx, Job::Dedup, &private, &public, "test").await.unwrap();
+    assert!(matches!(superseded, Outcome::Held(_)));
+    tx.commit().await.unwrap();
+
+    assert_eq!(count(&db, org, "SELECT count(*) FROM memory WHERE organization_id = $1").await, 2, "nothing created");
+    let after = reload(&db, org, public.id).await;
+    assert_eq!((after.status, after.confidence), (MemoryStatus::Active, public.confidence));
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let actions: Vec<&str> = held.iter().map(|h| h.action.as_str()).collect();
+    assert_eq!(actions, vec!["merge", "lower_confidence", "supersede"]);
+}

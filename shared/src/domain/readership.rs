@@ -128,6 +128,18 @@ pub fn forbids_lowering(actor: &Memory, target: &Memory) -> Option<String> {
         .then(|| format!("trust: an {} memory may not lower a {} one", a.as_str(), t.as_str()))
 }
 
+/// Why `a` and `b` may not be merged into one memory; None when they may: a merge needs both to have the same
+/// readers, and the merged memory (as trusted as the less trusted source) must be allowed to replace each.
+pub fn forbids_merging(a: &Memory, b: &Memory) -> Option<String> {
+    let (ra, rb) = (Readership::of(a), Readership::of(b));
+    if !ra.same_readers(&rb) {
+        return Some(format!("readership: a merge needs the same readers ({ra} vs {rb})"));
+    }
+    let merged = derived_trust([a.provenance.trust_level, b.provenance.trust_level]);
+    forbids_trust(merged, a.provenance.trust_level, "merge into")
+        .or_else(|| forbids_trust(merged, b.provenance.trust_level, "merge into"))
+}
+
 /// Trust rule for replacement: nothing less than verified replaces a verified memory.
 pub fn forbids_trust(winner: TrustLevel, loser: TrustLevel, what: &str) -> Option<String> {
     (loser == TrustLevel::Verified && winner != TrustLevel::Verified)

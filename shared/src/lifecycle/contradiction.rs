@@ -8,7 +8,7 @@
 //!   a new memory left below 0.2 stays (or becomes) a candidate instead of being promoted to active.
 //!
 //! A new memory supersedes or lowers an existing one only if it reaches every one of that memory's readers and its
-//! trust allows it (see [`crate::domain::readership`]); otherwise the effect is held for review. Each pair is
+//! trust allows it (see [`crate::domain::readership`]); otherwise the effect is held for review ([`super::guarded`]). Each pair is
 //! recorded once, in the transaction that applies its effect, so a redelivered job changes nothing twice; the
 //! model is called between a reading transaction and the applying one, never inside either.
 
@@ -18,12 +18,12 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::Models;
+use super::{
+    Models,
+    guarded::{self, Job},
+};
 use crate::{
-    domain::{
-        Memory, MemoryStatus,
-        readership::{forbids_lowering, forbids_replacing},
-    },
+    domain::{Memory, MemoryStatus, readership::forbids_lowering},
     llm::{InvocationPurpose, Llm, LlmError, LlmRequest, parse_json},
     store::{self, transitions},
 };
@@ -108,17 +108,9 @@ impl ContradictionDetector {
                 continue;
             }
             if new.confidence > SUPERSEDE_CONFIDENCE {
-                match forbids_replacing(&new, existing) {
-                    None => {
-                        transitions::supersede(&mut tx, organization_id, existing.id, new.id, "contradicted").await?
-                    }
-                    Some(why) => hold(&mut tx, "supersede", existing, &new, &why).await?,
-                }
+                guarded::supersede(&mut tx, Job::Contradiction, &new, existing, "contradicted").await?;
             } else {
-                match forbids_lowering(&new, existing) {
-                    None => lower(&mut tx, existing).await?,
-                    Some(why) => hold(&mut tx, "lower_confidence", existing, &new, &why).await?,
-                }
+                guarded::lower_confidence(&mut tx, Job::Contradiction, &new, existing, PENALTY, "contradicted").await?;
                 // The new memory pays too, but only for a memory that all its readers could read: its confidence
                 // must not reveal a memory hidden from them.
                 if forbids_lowering(existing, &new).is_none() {
@@ -169,17 +161,6 @@ impl ContradictionDetector {
     }
 }
 
-/// The contradicted memory loses [`PENALTY`] confidence and is archived when none is left.
-async fn lower(tx: &mut sqlx::PgConnection, existing: &Memory) -> crate::Result<()> {
-    let org = existing.organization_id;
-    let lowered = (existing.confidence - PENALTY).max(0.0);
-    transitions::change_confidence(&mut *tx, org, existing.id, existing.confidence, lowered, "contradicted").await?;
-    if lowered < 1e-9 {
-        transitions::archive(&mut *tx, org, existing.id, "contradicted").await?;
-    }
-    Ok(())
-}
-
 /// Writes the new memory's confidence and promotes it to active, or keeps (returns) it a candidate below 0.2.
 async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> crate::Result<()> {
     let org = new.organization_id;
@@ -192,17 +173,5 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> c
         MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
         _ => {}
     }
-    Ok(())
-}
-
-/// Holds a contradiction's effect on `existing` for review.
-async fn hold(
-    tx: &mut sqlx::PgConnection,
-    action: &str,
-    existing: &Memory,
-    new: &Memory,
-    why: &str,
-) -> crate::Result<()> {
-    store::review::hold(&mut *tx, new.organization_id, "contradiction", action, existing.id, new.id, why).await?;
     Ok(())
 }

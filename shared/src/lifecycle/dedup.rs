@@ -6,8 +6,8 @@
 //! pair and both memories and re-checks them: a pair decided meanwhile is skipped, a memory no longer active makes
 //! the pair moot. A merge needs both memories to have the same readers; a supersession needs the winner to reach
 //! every reader of the loser and to be trusted at least as much (see [`crate::domain::readership`]). A decision
-//! that breaks a rule is recorded as `keep_both` with the reason, and a forbidden supersession is also held for
-//! review.
+//! that breaks a rule is recorded as `keep_both` with the reason, and a forbidden supersession or merge is also held
+//! for review ([`super::guarded`]).
 
 use std::sync::Arc;
 
@@ -15,11 +15,14 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Models, earliest};
+use super::{
+    Models, earliest,
+    guarded::{self, Job, Outcome},
+};
 use crate::{
     domain::{
-        DedupDecision, Memory, NewMemory, Readership, SourceKind,
-        readership::{derived_trust, forbids_replacing, forbids_trust},
+        DedupDecision, Memory, NewMemory, SourceKind,
+        readership::{derived_trust, forbids_merging, forbids_replacing},
     },
     embed::Embedder,
     llm::{InvocationPurpose, Llm, LlmError, LlmRequest, parse_json},
@@ -117,7 +120,7 @@ impl Deduper {
         if !ask.is_empty() {
             for ((a, b), decision) in ask.iter().zip(self.classify(&ask).await?) {
                 let merged = match decision {
-                    DedupDecision::Merge if merge_forbidden(a, b).is_none() => Some(self.merged(a, b).await?),
+                    DedupDecision::Merge if forbids_merging(a, b).is_none() => Some(self.merged(a, b).await?),
                     _ => None,
                 };
                 proposals.push(Proposal { a: a.clone(), b: b.clone(), decision, reason: None, merged });
@@ -181,17 +184,15 @@ impl Deduper {
             return Ok(true);
         };
         let (recorded, why) = match decision {
-            DedupDecision::SupersedeA => supersede(&mut tx, b, a).await?.map_or((decision, None), held),
-            DedupDecision::SupersedeB => supersede(&mut tx, a, b).await?.map_or((decision, None), held),
-            DedupDecision::Merge => match (merge_forbidden(a, b), merged) {
-                (None, Some(merged)) => {
-                    let merged = transitions::create(&mut tx, &merged, &[a.id, b.id]).await?;
-                    transitions::supersede(&mut tx, organization_id, a.id, merged.id, "dedup_merge").await?;
-                    transitions::supersede(&mut tx, organization_id, b.id, merged.id, "dedup_merge").await?;
-                    transitions::record_merge(&mut tx, organization_id, merged.id, &[a.id, b.id]).await?;
-                    (DedupDecision::Merge, None)
-                }
-                (why, _) => (DedupDecision::KeepBoth, why.or_else(|| Some("merge not prepared".into()))),
+            DedupDecision::SupersedeA => {
+                recorded(decision, guarded::supersede(&mut tx, Job::Dedup, b, a, "dedup").await?)
+            }
+            DedupDecision::SupersedeB => {
+                recorded(decision, guarded::supersede(&mut tx, Job::Dedup, a, b, "dedup").await?)
+            }
+            DedupDecision::Merge => match merged {
+                Some(merged) => recorded(decision, guarded::merge(&mut tx, Job::Dedup, &merged, a, b).await?),
+                None => (DedupDecision::KeepBoth, forbids_merging(a, b).or_else(|| Some("merge not prepared".into()))),
             },
             DedupDecision::KeepBoth | DedupDecision::Deferred => (DedupDecision::KeepBoth, reason),
         };
@@ -268,34 +269,10 @@ impl Deduper {
     }
 }
 
-/// Why `a` and `b` may not be merged; None when they may.
-fn merge_forbidden(a: &Memory, b: &Memory) -> Option<String> {
-    let (ra, rb) = (Readership::of(a), Readership::of(b));
-    if !ra.same_readers(&rb) {
-        return Some(format!("readership: a merge needs the same readers ({ra} vs {rb})"));
+/// The decision recorded for a pair: as decided when applied; kept, with the reason, when held for review.
+fn recorded<T>(decision: DedupDecision, outcome: Outcome<T>) -> (DedupDecision, Option<String>) {
+    match outcome {
+        Outcome::Applied(_) => (decision, None),
+        Outcome::Held(why) => (DedupDecision::KeepBoth, Some(format!("held for review: {why}"))),
     }
-    let merged = derived_trust([a.provenance.trust_level, b.provenance.trust_level]);
-    forbids_trust(merged, a.provenance.trust_level, "merge into")
-        .or_else(|| forbids_trust(merged, b.provenance.trust_level, "merge into"))
-}
-
-/// `winner` supersedes `loser` if the rules allow it; otherwise the supersession is held for review and the
-/// reason returned.
-async fn supersede(tx: &mut sqlx::PgConnection, winner: &Memory, loser: &Memory) -> crate::Result<Option<String>> {
-    let org = winner.organization_id;
-    match forbids_replacing(winner, loser) {
-        None => {
-            transitions::supersede(&mut *tx, org, loser.id, winner.id, "dedup").await?;
-            Ok(None)
-        }
-        Some(why) => {
-            store::review::hold(&mut *tx, org, "dedup", "supersede", loser.id, winner.id, &why).await?;
-            Ok(Some(why))
-        }
-    }
-}
-
-/// A pair whose decision was held for review is recorded as kept, with the reason.
-fn held(why: String) -> (DedupDecision, Option<String>) {
-    (DedupDecision::KeepBoth, Some(format!("held for review: {why}")))
 }

@@ -3,13 +3,14 @@
 //!
 //! Every job has the same shape: read (or lease) what it works on in a short transaction, commit, call the model
 //! under a timeout, then apply its decision in a short transaction that locks and re-checks the rows it changes.
-//! State changes go through [`crate::store::transitions`], which writes each one's outbox event. What a job found
-//! but may not apply (it would widen readership or override a more trusted memory, see
-//! [`crate::domain::readership`]) is held for review instead.
+//! State changes go through [`crate::store::transitions`], which writes each one's outbox event; a decision between
+//! two memories (supersede, merge, lower confidence) goes through [`guarded`], which applies the readership and
+//! trust rules and holds what they forbid for review.
 
 pub mod contradiction;
 pub mod dedup;
 pub mod file_scan;
+pub mod guarded;
 pub mod supersession;
 pub mod synthesis;
 

@@ -1,0 +1,110 @@
+//! The lifecycle decisions between two memories, each applying the readership and trust rules
+//! ([`crate::domain::readership`]) before it changes anything: a change the rules allow is made through
+//! [`crate::store::transitions`]; a forbidden one is held in `memory_held_decision` for a person, with the reason.
+//! Dedup and contradiction change other memories only through these, so neither can forget a rule.
+
+use sqlx::PgConnection;
+
+use crate::{
+    domain::{
+        Memory, NewMemory,
+        readership::{forbids_lowering, forbids_merging, forbids_replacing},
+    },
+    store::{self, transitions},
+};
+
+/// The job that decided (recorded with a held decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    Dedup,
+    Contradiction,
+}
+
+impl Job {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Dedup => "dedup",
+            Self::Contradiction => "contradiction",
+        }
+    }
+}
+
+/// What a guarded change did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome<T = ()> {
+    /// The change was made.
+    Applied(T),
+    /// The rules forbid it: it was held for review, for this reason.
+    Held(String),
+}
+
+/// `winner` supersedes `loser` (both locked by the caller) when its readers reach every reader of `loser` and its
+/// trust allows it.
+pub async fn supersede(
+    tx: &mut PgConnection,
+    job: Job,
+    winner: &Memory,
+    loser: &Memory,
+    cause: &str,
+) -> crate::Result<Outcome> {
+    if let Some(why) = forbids_replacing(winner, loser) {
+        return hold(tx, job, "supersede", loser, winner, why).await;
+    }
+    transitions::supersede(&mut *tx, winner.organization_id, loser.id, winner.id, cause).await?;
+    Ok(Outcome::Applied(()))
+}
+
+/// `merged`, written from `a` and `b` (both locked by the caller), replaces them: it is created with their tags
+/// and mentions, supersedes both, and the merge is recorded; only when `a` and `b` have the same readers and the
+/// merged trust replaces neither wrongly.
+pub async fn merge(
+    tx: &mut PgConnection,
+    job: Job,
+    merged: &NewMemory,
+    a: &Memory,
+    b: &Memory,
+) -> crate::Result<Outcome<Memory>> {
+    if let Some(why) = forbids_merging(a, b) {
+        return hold(tx, job, "merge", a, b, why).await;
+    }
+    let org = a.organization_id;
+    let created = transitions::create(&mut *tx, merged, &[a.id, b.id]).await?;
+    transitions::supersede(&mut *tx, org, a.id, created.id, "dedup_merge").await?;
+    transitions::supersede(&mut *tx, org, b.id, created.id, "dedup_merge").await?;
+    transitions::record_merge(&mut *tx, org, created.id, &[a.id, b.id]).await?;
+    Ok(Outcome::Applied(created))
+}
+
+/// `actor` (locked) lowers `target`'s (locked) confidence by `penalty`, archiving it when none is left, when its
+/// readers reach every reader of `target` and an untrusted memory is not lowering a verified one.
+pub async fn lower_confidence(
+    tx: &mut PgConnection,
+    job: Job,
+    actor: &Memory,
+    target: &Memory,
+    penalty: f64,
+    cause: &str,
+) -> crate::Result<Outcome> {
+    if let Some(why) = forbids_lowering(actor, target) {
+        return hold(tx, job, "lower_confidence", target, actor, why).await;
+    }
+    let (org, lowered) = (target.organization_id, (target.confidence - penalty).max(0.0));
+    transitions::change_confidence(&mut *tx, org, target.id, target.confidence, lowered, cause).await?;
+    if lowered < 1e-9 {
+        transitions::archive(&mut *tx, org, target.id, cause).await?;
+    }
+    Ok(Outcome::Applied(()))
+}
+
+/// Holds `action` of `job` on `memory` (because of `other`) for review.
+async fn hold<T>(
+    tx: &mut PgConnection,
+    job: Job,
+    action: &str,
+    memory: &Memory,
+    other: &Memory,
+    why: String,
+) -> crate::Result<Outcome<T>> {
+    store::review::hold(&mut *tx, memory.organization_id, job.as_str(), action, memory.id, other.id, &why).await?;
+    Ok(Outcome::Held(why))
+}
