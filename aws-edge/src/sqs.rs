@@ -8,17 +8,13 @@ use std::{future::Future, pin::Pin, sync::Arc};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
-use memory_core::{db::PgPool, outbox::OutboxRelay};
+use memory_core::{db::PgPool, jobs::Job, outbox::OutboxRelay};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
-use uuid::Uuid;
 
 /// A worker: what its messages look like and how one is applied.
 pub trait JobHandler: Send + Sync + 'static {
-    type Job: DeserializeOwned + Send;
-
-    /// The organisation a job works in (whose outbox is relayed after it).
-    fn organization_id(job: &Self::Job) -> Uuid;
+    type Job: Job + DeserializeOwned + Send;
 
     fn handle(&self, job: Self::Job) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
@@ -37,7 +33,8 @@ pub async fn process<H: JobHandler>(
         let outcome = async {
             let body = record.body.as_deref().unwrap_or_default();
             let job: H::Job = serde_json::from_str(body).map_err(|e| anyhow::anyhow!("malformed message body: {e}"))?;
-            let organization_id = H::organization_id(&job);
+            H::Job::TYPE.expect(job.job_type())?;
+            let organization_id = job.organization_id();
             handler.handle(job).await?;
             if let Some(relay) = relay
                 && let Err(error) = relay.flush(organization_id).await

@@ -73,6 +73,34 @@ impl JobType {
     }
 }
 
+/// A message of one job type: whose organisation it works in, and the `job_type` it may carry (checked against
+/// its queue's before it is applied).
+pub trait Job {
+    const TYPE: JobType;
+    fn organization_id(&self) -> Uuid;
+    fn job_type(&self) -> Option<JobType>;
+}
+
+macro_rules! job {
+    ($message:ty, $job_type:ident) => {
+        impl Job for $message {
+            const TYPE: JobType = JobType::$job_type;
+            fn organization_id(&self) -> Uuid {
+                self.organization_id
+            }
+            fn job_type(&self) -> Option<JobType> {
+                self.job_type
+            }
+        }
+    };
+}
+
+job!(crate::ingest::IngestBatch, MemoryIngest);
+job!(DedupReviewJob, MemoryDedupReview);
+job!(ContradictionCheckJob, MemoryContradictionCheck);
+job!(EntitySynthesisJob, MemoryEntitySynthesis);
+job!(FileScanJob, MemoryFileScan);
+
 /// A pair of memories to review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

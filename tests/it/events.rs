@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use integration_tests::{Db, memory, minilm, retriever};
 use memory_core::{
     embed::Embedder,
+    ingest::Ingestor,
     lifecycle::{
         contradiction::ContradictionDetector,
         dedup::Deduper,
@@ -101,21 +102,23 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
             let queue = event.records[0].event_source_arn.as_deref().unwrap().rsplit(':').next().unwrap().to_string();
             let pool = db.app.clone();
             let failed = match queue.as_str() {
-                "memory-ingest" => drive(&workers::ingest::Worker::over(pool, minilm()), event).await,
+                "memory-ingest" => {
+                    drive(&workers::Worker::new(pool.clone(), Ingestor::new(pool, minilm())), event).await
+                }
                 "memory-dedup" => {
-                    drive(&workers::dedup::Worker::with(pool, Deduper::new(Arc::new(OfflineLlm), None)), event).await
+                    drive(&workers::Worker::new(pool, Deduper::new(Arc::new(OfflineLlm), None)), event).await
                 }
                 "memory-contradiction" => {
                     let detector = ContradictionDetector::new(Arc::new(OfflineLlm));
-                    drive(&workers::contradiction::Worker::with(pool, detector), event).await
+                    drive(&workers::Worker::new(pool, detector), event).await
                 }
                 "memory-synthesis" => {
                     let synthesizer = EntitySynthesizer::new(Arc::new(OfflineLlm), None);
-                    drive(&workers::synthesis::Worker::with(pool, synthesizer), event).await
+                    drive(&workers::Worker::new(pool, synthesizer), event).await
                 }
                 "memory-file-scan" => {
                     let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&repos)), None);
-                    drive(&workers::file_scan::Worker::with(pool, scanner), event).await
+                    drive(&workers::Worker::new(pool, scanner), event).await
                 }
                 other => panic!("{name}: no worker for queue {other}"),
             };

@@ -20,12 +20,12 @@ fn message(id: &str, body: String) -> SqsMessage {
     m
 }
 
-fn worker(db: &Db) -> workers::dedup::Worker {
+fn worker(db: &Db) -> workers::Worker<Deduper> {
     let llm =
         Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryDedup, |_| {
             Ok(r#"{"decisions":[{"pair":0,"decision":"supersede_a"}]}"#.into())
         }));
-    workers::dedup::Worker::with(db.app.clone(), Deduper::new(llm, None))
+    workers::Worker::new(db.app.clone(), Deduper::new(llm, None))
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -85,7 +85,7 @@ async fn a_job_without_pairs_claims_the_deferred_pairs(opts: PgPoolOptions, conn
 #[tokio::test]
 async fn a_record_without_a_message_id_fails_the_whole_batch() {
     let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://localhost/unused").unwrap();
-    let worker = workers::dedup::Worker::with(pool, Deduper::new(Arc::new(ScriptedLlm::new()), None));
+    let worker = workers::Worker::new(pool, Deduper::new(Arc::new(ScriptedLlm::new()), None));
     let mut event = SqsEvent::default();
     let mut record = message("x", "{}".into());
     record.message_id = None;

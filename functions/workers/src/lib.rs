@@ -8,16 +8,43 @@ pub mod ingest;
 pub mod synthesis;
 
 use aws_edge::sqs::{Lambda, Runner};
-use memory_core::{jobs::JobType, services::Services};
+use memory_core::{
+    db::PgPool,
+    ingest::Ingestor,
+    jobs::JobType,
+    lifecycle::{contradiction::ContradictionDetector, dedup::Deduper, synthesis::EntitySynthesizer},
+    services::Services,
+};
+
+/// A job's handler: the core service that applies the job, and the pool it applies it in. Each job module
+/// implements `JobHandler` for the worker of its service.
+pub struct Worker<S> {
+    pool: PgPool,
+    service: S,
+}
+
+impl<S> Worker<S> {
+    pub fn new(pool: PgPool, service: S) -> Self {
+        Self { pool, service }
+    }
+}
 
 /// Hands the handler of `job`, built over `services`, to `runner`.
 pub fn serve<R: Runner>(job: JobType, services: &Services, runner: R) -> anyhow::Result<R::Output> {
+    let pool = services.pool.clone();
     Ok(match job {
-        JobType::MemoryIngest => runner.run(ingest::Worker::new(services)),
-        JobType::MemoryDedupReview => runner.run(dedup::Worker::new(services)?),
-        JobType::MemoryContradictionCheck => runner.run(contradiction::Worker::new(services)?),
-        JobType::MemoryEntitySynthesis => runner.run(synthesis::Worker::new(services)?),
-        JobType::MemoryFileScan => runner.run(file_scan::Worker::new(services)?),
+        JobType::MemoryIngest => {
+            let ingestor = Ingestor::new(pool.clone(), services.embedder.clone());
+            runner.run(Worker::new(pool, ingestor.with_timeout(services.worker_model_timeout)))
+        }
+        JobType::MemoryDedupReview => runner.run(Worker::new(pool, Deduper::with_models(services.job_models()?))),
+        JobType::MemoryContradictionCheck => {
+            runner.run(Worker::new(pool, ContradictionDetector::with_models(services.job_models()?)))
+        }
+        JobType::MemoryEntitySynthesis => {
+            runner.run(Worker::new(pool, EntitySynthesizer::with_models(services.job_models()?)))
+        }
+        JobType::MemoryFileScan => runner.run(Worker::new(pool, file_scan::scanner(services)?)),
     })
 }
 
