@@ -220,6 +220,28 @@ async fn passive_cooldown_withholds_a_memory_for_turns_two_to_five(opts: PgPoolO
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn two_agents_using_the_same_session_id_do_not_share_a_cooldown(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (a, b) = (agent_with_scopes(&db, org, &[Scope::Org]).await, agent_with_scopes(&db, org, &[Scope::Org]).await);
+    let m = memory(org, "the only fact").embedding(axis(0)).insert(&db).await;
+    let r = retriever(&db, probe_embedder(), None);
+    let ask = |agent, turn, cooldown_token: Option<String>| {
+        let mut req = request(org, RetrievalMode::Passive);
+        req.agent_id = Some(agent);
+        req.session = Some(SessionTurn { session_id: "shared-id".into(), turn });
+        req.cooldown_token = cooldown_token;
+        req
+    };
+    let first = r.query(ask(a, 1, None)).await.unwrap();
+    assert_eq!(ids(&first), vec![m.id]);
+    let token = first.cooldown_token.clone();
+    assert!(r.query(ask(a, 2, token.clone())).await.unwrap().memories.is_empty(), "agent A's cooldown holds");
+    // Agent B never had the memory injected: neither the instance's state nor A's token (replayed) withholds it.
+    assert_eq!(ids(&r.query(ask(b, 2, token)).await.unwrap()), vec![m.id]);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_exact_identifier_is_found_by_the_keyword_branch_when_its_cosine_is_low(
     opts: PgPoolOptions,
     conn: PgConnectOptions,

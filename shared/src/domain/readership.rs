@@ -123,9 +123,7 @@ pub fn forbids_lowering(actor: &Memory, target: &Memory) -> Option<String> {
             Readership::of(target)
         ));
     }
-    let (a, t) = (actor.provenance.trust_level, target.provenance.trust_level);
-    (t == TrustLevel::Verified && a == TrustLevel::Untrusted)
-        .then(|| format!("trust: an {} memory may not lower a {} one", a.as_str(), t.as_str()))
+    forbids_trust(actor.provenance.trust_level, target.provenance.trust_level, "lower")
 }
 
 /// Why `a` and `b` may not be merged into one memory; None when they may: a merge needs both to have the same
@@ -140,10 +138,11 @@ pub fn forbids_merging(a: &Memory, b: &Memory) -> Option<String> {
         .or_else(|| forbids_trust(merged, b.provenance.trust_level, "merge into"))
 }
 
-/// Trust rule for replacement: nothing less than verified replaces a verified memory.
-pub fn forbids_trust(winner: TrustLevel, loser: TrustLevel, what: &str) -> Option<String> {
-    (loser == TrustLevel::Verified && winner != TrustLevel::Verified)
-        .then(|| format!("trust: an {} memory may not {what} a verified one", winner.as_str()))
+/// Trust rule for replacing, merging into and lowering: the acting memory must be trusted at least as much as the
+/// one it acts on (verified > unverified > untrusted).
+pub fn forbids_trust(actor: TrustLevel, target: TrustLevel, what: &str) -> Option<String> {
+    (rank(actor) < rank(target))
+        .then(|| format!("trust: an {} memory may not {what} a {} one", actor.as_str(), target.as_str()))
 }
 
 #[cfg(test)]
@@ -190,11 +189,19 @@ mod tests {
     }
 
     #[test]
-    fn only_verified_replaces_verified_and_derived_trust_is_the_least() {
-        assert!(forbids_trust(TrustLevel::Unverified, TrustLevel::Verified, "replace").is_some());
-        assert!(forbids_trust(TrustLevel::Untrusted, TrustLevel::Verified, "replace").is_some());
-        assert!(forbids_trust(TrustLevel::Verified, TrustLevel::Verified, "replace").is_none());
-        assert!(forbids_trust(TrustLevel::Untrusted, TrustLevel::Unverified, "replace").is_none());
+    fn a_memory_acts_only_on_memories_trusted_no_more_than_itself_and_derived_trust_is_the_least() {
+        use TrustLevel::*;
+        for (actor, target, allowed) in [
+            (Unverified, Verified, false),
+            (Untrusted, Verified, false),
+            (Untrusted, Unverified, false),
+            (Verified, Verified, true),
+            (Verified, Untrusted, true),
+            (Unverified, Unverified, true),
+            (Untrusted, Untrusted, true),
+        ] {
+            assert_eq!(forbids_trust(actor, target, "replace").is_none(), allowed, "{actor} on {target}");
+        }
         assert_eq!(derived_trust([TrustLevel::Verified, TrustLevel::Untrusted]), TrustLevel::Untrusted);
     }
 }

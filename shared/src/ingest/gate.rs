@@ -5,7 +5,9 @@
 //!   `verified` is lowered to `unverified`;
 //! - `tool_output` and `external` sources are `untrusted`, whatever the message says;
 //! - untrusted content is never stored as `procedural` or `preference` memory: such a memory is refused (and with
-//!   it its message), rather than silently stored as something else.
+//!   it its message), rather than silently stored as something else;
+//! - the confidence a producer claims is capped by the trust level: unverified at 0.85, untrusted at 0.5, so
+//!   neither reaches the confidence above which a contradiction supersedes.
 
 use crate::domain::{MemoryType, SourceKind, TrustLevel};
 
@@ -26,6 +28,15 @@ pub fn admitted_trust(provenance: &IngestProvenance) -> Result<TrustLevel, Strin
         other => Err(format!(
             "source_kind {other} is not an extraction source (conversation_turn, run, file, human, tool_output, external)"
         )),
+    }
+}
+
+/// The highest confidence a memory of this trust level is stored with.
+pub fn max_confidence(trust: TrustLevel) -> f64 {
+    match trust {
+        TrustLevel::Verified => 1.0,
+        TrustLevel::Unverified => 0.85,
+        TrustLevel::Untrusted => 0.5,
     }
 }
 

@@ -19,7 +19,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub use gate::{admitted_trust, forbids_type};
+pub use gate::{admitted_trust, forbids_type, max_confidence};
 pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSION};
 
 use crate::{
@@ -38,6 +38,10 @@ pub const MAX_CONTENT_BYTES: usize = 32 * 1024;
 pub const MAX_CONTEXT_BYTES: usize = 8 * 1024;
 /// Tags, labels, taxonomy paths and entities per memory.
 pub const MAX_ITEMS: usize = 32;
+/// Longest entity name or kind, and taxonomy node name, in bytes.
+pub const MAX_NAME_BYTES: usize = 200;
+/// How far ahead of this clock a producer's `created_at` may be (clock skew).
+pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 /// Cosine similarity from which a new memory and an active one of the same readership are reviewed as
 /// near-duplicates.
 pub const NEAR_DUPLICATE_COSINE: f64 = 0.88;
@@ -254,6 +258,9 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     if m.file_path.is_some() && m.project_id.is_none() {
         return Err("a file-backed memory needs project_id (its repository)".into());
     }
+    if m.created_at.is_some_and(|created| created > chrono::Utc::now() + MAX_CLOCK_SKEW) {
+        return Err("created_at lies in the future".into());
+    }
     if let (Some(expires), Some(created)) = (m.expires_at, m.created_at)
         && expires <= created
     {
@@ -276,8 +283,10 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
         .iter()
         .map(|path| {
             let nodes: Vec<String> = path.split('/').map(|n| n.trim().to_string()).collect();
-            if nodes.iter().any(String::is_empty) || nodes.len() > 8 {
-                Err(format!("taxonomy path {path:?} must be 1 to 8 non-empty names separated by /"))
+            if nodes.iter().any(|n| n.is_empty() || n.len() > MAX_NAME_BYTES) || nodes.len() > 8 {
+                Err(format!(
+                    "taxonomy path {path:?} must be 1 to 8 names of 1 to {MAX_NAME_BYTES} bytes separated by /"
+                ))
             } else {
                 Ok(nodes)
             }
@@ -291,6 +300,8 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
             let kind = normalise(&e.kind);
             if name.is_empty() || kind.is_empty() {
                 Err("an entity needs a name and a kind".to_string())
+            } else if name.len() > MAX_NAME_BYTES || kind.len() > MAX_NAME_BYTES {
+                Err(format!("an entity's name and kind have at most {MAX_NAME_BYTES} bytes"))
             } else {
                 Ok((kind, name))
             }
@@ -308,7 +319,7 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     new.project_task_id = m.task_id;
     new.agent_id = m.agent_id;
     new.sensitivity = m.sensitivity;
-    new.confidence = m.confidence;
+    new.confidence = m.confidence.min(max_confidence(trust));
     new.created_at = m.created_at;
     new.expires_at = m.expires_at;
     new.file_path = m.file_path.clone();

@@ -1,6 +1,8 @@
-//! Passive-injection cooldown: a memory returned to a session is withheld for that session's next turns.
-//! State lives in this process only (it resets on a cold start, which the spec accepts) and is bounded: the
-//! least recently used sessions are forgotten first.
+//! Passive-injection cooldown: a memory returned to a session is withheld for that session's next turns. A session
+//! is one agent's (or, without an agent, the calling service's) conversation in one organisation: two agents using
+//! the same session id do not share a cooldown. State lives in this process (the signed token of
+//! [`super::cooldown_token`] carries it across instances) and is bounded: the least recently used sessions are
+//! forgotten first.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -14,11 +16,17 @@ use uuid::Uuid;
 /// Turns after a return during which a memory is withheld (returned at turn t: withheld t+1..t+4, back at t+5).
 pub const COOLDOWN_TURNS: u32 = 5;
 
-type SessionKey = (Uuid, String);
+/// Whose conversation a cooldown belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Session {
+    pub organization_id: Uuid,
+    pub agent_id: Option<Uuid>,
+    pub session_id: String,
+}
 
 pub struct CooldownTracker {
     window: u32,
-    sessions: Mutex<LruCache<SessionKey, HashMap<Uuid, u32>>>,
+    sessions: Mutex<LruCache<Session, HashMap<Uuid, u32>>>,
 }
 
 impl CooldownTracker {
@@ -28,18 +36,18 @@ impl CooldownTracker {
     }
 
     /// Memories withheld from this session at this turn.
-    pub fn cooling(&self, organization_id: Uuid, session_id: &str, turn: u32) -> HashSet<Uuid> {
+    pub fn cooling(&self, session: &Session, turn: u32) -> HashSet<Uuid> {
         let mut sessions = self.sessions.lock().expect("cooldown lock");
-        let Some(returned) = sessions.get(&(organization_id, session_id.to_string())) else {
+        let Some(returned) = sessions.get(session) else {
             return HashSet::new();
         };
         returned.iter().filter(|(_, at)| **at <= turn && turn - **at < self.window).map(|(id, _)| *id).collect()
     }
 
     /// Records what was returned to this session at this turn, forgetting entries that no longer matter.
-    pub fn record(&self, organization_id: Uuid, session_id: &str, turn: u32, memories: impl IntoIterator<Item = Uuid>) {
+    pub fn record(&self, session: &Session, turn: u32, memories: impl IntoIterator<Item = Uuid>) {
         let mut sessions = self.sessions.lock().expect("cooldown lock");
-        let returned = sessions.get_or_insert_mut((organization_id, session_id.to_string()), HashMap::new);
+        let returned = sessions.get_or_insert_mut(session.clone(), HashMap::new);
         returned.retain(|_, at| *at > turn || turn - *at < self.window);
         for id in memories {
             returned.insert(id, turn);
@@ -48,9 +56,9 @@ impl CooldownTracker {
 
     /// What this instance returned to the session, with the turn of each, for the turns that still matter at
     /// `turn`.
-    pub fn entries(&self, organization_id: Uuid, session_id: &str, turn: u32) -> Vec<(Uuid, u32)> {
+    pub fn entries(&self, session: &Session, turn: u32) -> Vec<(Uuid, u32)> {
         let mut sessions = self.sessions.lock().expect("cooldown lock");
-        sessions.get(&(organization_id, session_id.to_string())).map_or_else(Vec::new, |returned| {
+        sessions.get(session).map_or_else(Vec::new, |returned| {
             returned.iter().filter(|(_, at)| self.still_cooling(**at, turn)).map(|(id, at)| (*id, *at)).collect()
         })
     }
@@ -79,25 +87,31 @@ impl CooldownTracker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn memory_returned_at_turn_one_is_withheld_for_turns_two_to_five_and_back_at_six() {
-        let tracker = CooldownTracker::new(10);
-        let org = Uuid::now_v7();
-        let m = Uuid::now_v7();
-        tracker.record(org, "s", 1, [m]);
-        for turn in 2..=5 {
-            assert!(tracker.cooling(org, "s", turn).contains(&m), "turn {turn}");
-        }
-        assert!(!tracker.cooling(org, "s", 6).contains(&m));
+    fn session(organization_id: Uuid, agent_id: Option<Uuid>, id: &str) -> Session {
+        Session { organization_id, agent_id, session_id: id.into() }
     }
 
     #[test]
-    fn sessions_and_organisations_do_not_share_cooldowns() {
+    fn memory_returned_at_turn_one_is_withheld_for_turns_two_to_five_and_back_at_six() {
         let tracker = CooldownTracker::new(10);
-        let (org, other_org, m) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-        tracker.record(org, "s", 1, [m]);
-        assert!(tracker.cooling(org, "other-session", 2).is_empty());
-        assert!(tracker.cooling(other_org, "s", 2).is_empty());
+        let s = session(Uuid::now_v7(), None, "s");
+        let m = Uuid::now_v7();
+        tracker.record(&s, 1, [m]);
+        for turn in 2..=5 {
+            assert!(tracker.cooling(&s, turn).contains(&m), "turn {turn}");
+        }
+        assert!(!tracker.cooling(&s, 6).contains(&m));
+    }
+
+    #[test]
+    fn sessions_agents_and_organisations_do_not_share_cooldowns() {
+        let tracker = CooldownTracker::new(10);
+        let (org, other_org, agent, m) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        tracker.record(&session(org, Some(agent), "s"), 1, [m]);
+        assert!(tracker.cooling(&session(org, Some(agent), "other-session"), 2).is_empty());
+        assert!(tracker.cooling(&session(other_org, Some(agent), "s"), 2).is_empty());
+        assert!(tracker.cooling(&session(org, Some(Uuid::now_v7()), "s"), 2).is_empty());
+        assert!(tracker.cooling(&session(org, None, "s"), 2).is_empty());
     }
 
     #[test]
@@ -105,7 +119,7 @@ mod tests {
         let tracker = CooldownTracker::new(3);
         let org = Uuid::now_v7();
         for i in 0..100 {
-            tracker.record(org, &format!("s{i}"), 1, [Uuid::now_v7()]);
+            tracker.record(&session(org, None, &format!("s{i}")), 1, [Uuid::now_v7()]);
         }
         assert_eq!(tracker.len(), 3);
     }

@@ -1,22 +1,25 @@
 //! The passive cooldown carried by the caller. The in-process cooldown sees only the turns its own warm
 //! instance served; every passive answer therefore also returns a compact, HMAC-signed token naming the memories
 //! injected into the session in its last turns, and a request that sends it back gets the exact cooldown on any
-//! instance, after any restart. A token for another organisation or session, or with a bad signature, is
+//! instance, after any restart. A token for another organisation, agent or session, or with a bad signature, is
 //! ignored (the in-process state still applies), so a key rotation costs at most one cooldown window.
 //!
-//! Layout (then base64url): version 1, organisation (16 bytes), the first 8 bytes of sha256(session id), then per
-//! memory its id (16) and turn (4, big-endian), then the first 16 bytes of HMAC-SHA256 over all of it.
+//! Layout (then base64url): version 2, organisation (16 bytes), the first 8 bytes of sha256(agent id, or 16 zero
+//! bytes without an agent, then the session id), then per memory its id (16) and turn (4, big-endian), then the
+//! first 16 bytes of HMAC-SHA256 over all of it.
 
 use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::cooldown::Session;
+
 /// Memories a token names at most (the most recently returned are kept).
 pub const MAX_TOKEN_ENTRIES: usize = 100;
 /// Longest token accepted, in characters.
 pub const MAX_TOKEN_CHARS: usize = 4096;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const HEADER: usize = 1 + 16 + 8;
 const ENTRY: usize = 16 + 4;
 const MAC: usize = 16;
@@ -48,16 +51,18 @@ impl TokenKey {
     }
 }
 
-fn session_hash(session_id: &str) -> [u8; 8] {
-    Sha256::digest(session_id.as_bytes())[..8].try_into().expect("8 bytes")
+fn session_hash(session: &Session) -> [u8; 8] {
+    let agent = session.agent_id.unwrap_or(Uuid::nil());
+    let digest = Sha256::new().chain_update(agent.as_bytes()).chain_update(session.session_id.as_bytes()).finalize();
+    digest[..8].try_into().expect("8 bytes")
 }
 
 /// Signs the cooldown of a session: memory ids with the turn each was returned at.
-pub fn encode(key: &TokenKey, organization_id: Uuid, session_id: &str, entries: &[(Uuid, u32)]) -> String {
+pub fn encode(key: &TokenKey, session: &Session, entries: &[(Uuid, u32)]) -> String {
     let mut bytes = Vec::with_capacity(HEADER + entries.len().min(MAX_TOKEN_ENTRIES) * ENTRY + MAC);
     bytes.push(VERSION);
-    bytes.extend_from_slice(organization_id.as_bytes());
-    bytes.extend_from_slice(&session_hash(session_id));
+    bytes.extend_from_slice(session.organization_id.as_bytes());
+    bytes.extend_from_slice(&session_hash(session));
     let mut newest: Vec<&(Uuid, u32)> = entries.iter().collect();
     newest.sort_by_key(|(id, turn)| (std::cmp::Reverse(*turn), *id));
     for (id, turn) in newest.into_iter().take(MAX_TOKEN_ENTRIES) {
@@ -71,7 +76,7 @@ pub fn encode(key: &TokenKey, organization_id: Uuid, session_id: &str, entries: 
 }
 
 /// The entries of a token signed with `key` for this organisation and session; None for any other token.
-pub fn decode(key: &TokenKey, organization_id: Uuid, session_id: &str, token: &str) -> Option<Vec<(Uuid, u32)>> {
+pub fn decode(key: &TokenKey, session: &Session, token: &str) -> Option<Vec<(Uuid, u32)>> {
     if token.len() > MAX_TOKEN_CHARS {
         return None;
     }
@@ -84,8 +89,8 @@ pub fn decode(key: &TokenKey, organization_id: Uuid, session_id: &str, token: &s
     mac.update(payload);
     mac.verify_truncated_left(tag).ok()?;
     let same_session = payload[0] == VERSION
-        && payload[1..17] == *organization_id.as_bytes()
-        && payload[17..HEADER] == session_hash(session_id);
+        && payload[1..17] == *session.organization_id.as_bytes()
+        && payload[17..HEADER] == session_hash(session);
     same_session.then(|| {
         payload[HEADER..]
             .chunks_exact(ENTRY)
@@ -103,28 +108,35 @@ pub fn decode(key: &TokenKey, organization_id: Uuid, session_id: &str, token: &s
 mod tests {
     use super::*;
 
+    fn session(organization_id: Uuid, agent_id: Option<Uuid>, id: &str) -> Session {
+        Session { organization_id, agent_id, session_id: id.into() }
+    }
+
     #[test]
-    fn a_token_opens_only_with_its_key_organisation_and_session() {
+    fn a_token_opens_only_with_its_key_organisation_agent_and_session() {
         let key = TokenKey::from_secret(b"a cooldown key of at least 32 bytes!").unwrap();
-        let (org, memory) = (Uuid::now_v7(), Uuid::now_v7());
-        let token = encode(&key, org, "s-1", &[(memory, 7)]);
-        assert_eq!(decode(&key, org, "s-1", &token), Some(vec![(memory, 7)]));
-        assert_eq!(decode(&key, org, "s-2", &token), None);
-        assert_eq!(decode(&key, Uuid::now_v7(), "s-1", &token), None);
-        assert_eq!(decode(&TokenKey::random(), org, "s-1", &token), None);
+        let (org, agent, memory) = (Uuid::now_v7(), Some(Uuid::now_v7()), Uuid::now_v7());
+        let token = encode(&key, &session(org, agent, "s-1"), &[(memory, 7)]);
+        assert_eq!(decode(&key, &session(org, agent, "s-1"), &token), Some(vec![(memory, 7)]));
+        assert_eq!(decode(&key, &session(org, agent, "s-2"), &token), None);
+        assert_eq!(decode(&key, &session(Uuid::now_v7(), agent, "s-1"), &token), None);
+        assert_eq!(decode(&key, &session(org, Some(Uuid::now_v7()), "s-1"), &token), None);
+        assert_eq!(decode(&key, &session(org, None, "s-1"), &token), None);
+        assert_eq!(decode(&TokenKey::random(), &session(org, agent, "s-1"), &token), None);
         let mut forged = URL_SAFE_NO_PAD.decode(&token).unwrap();
         forged[HEADER + 16 + 3] ^= 1;
-        assert_eq!(decode(&key, org, "s-1", &URL_SAFE_NO_PAD.encode(forged)), None);
+        assert_eq!(decode(&key, &session(org, agent, "s-1"), &URL_SAFE_NO_PAD.encode(forged)), None);
         assert!(TokenKey::from_secret(b"short").is_err());
     }
 
     #[test]
     fn a_token_keeps_the_newest_entries_and_stays_small() {
         let key = TokenKey::random();
+        let s = session(Uuid::nil(), None, "s");
         let entries: Vec<(Uuid, u32)> = (0..300).map(|i| (Uuid::now_v7(), i)).collect();
-        let token = encode(&key, Uuid::nil(), "s", &entries);
+        let token = encode(&key, &s, &entries);
         assert!(token.len() <= MAX_TOKEN_CHARS);
-        let kept = decode(&key, Uuid::nil(), "s", &token).unwrap();
+        let kept = decode(&key, &s, &token).unwrap();
         assert_eq!(kept.len(), MAX_TOKEN_ENTRIES);
         assert!(kept.iter().all(|(_, turn)| *turn >= 200));
     }

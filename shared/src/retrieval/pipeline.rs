@@ -4,7 +4,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, cooldown_token,
+    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
+    cooldown::Session,
+    cooldown_token,
     mention::parse_mentions,
     ranking,
     stage1::{self, BranchSettings, Candidate},
@@ -115,20 +117,22 @@ impl Retriever {
         degraded.extend(set.degraded_reasons);
         let mut candidates = set.candidates;
 
-        // Passive cooldown: memories recently injected into this session are not candidates.
-        let session = request.session.as_ref().filter(|_| passive);
-        let org = request.organization_id;
-        let carried: Vec<(Uuid, u32)> = match (session, &request.cooldown_token) {
-            (Some(s), Some(token)) => cooldown_token::decode(&self.cooldown_key, org, &s.session_id, token)
+        // Passive cooldown: memories recently injected into this agent's session are not candidates.
+        let session = request.session.as_ref().filter(|_| passive).map(|s| {
+            let session_id = s.session_id.clone();
+            (Session { organization_id: request.organization_id, agent_id: request.agent_id, session_id }, s.turn)
+        });
+        let carried: Vec<(Uuid, u32)> = match (&session, &request.cooldown_token) {
+            (Some((session, _)), Some(token)) => cooldown_token::decode(&self.cooldown_key, session, token)
                 .unwrap_or_else(|| {
                     tracing::debug!("cooldown token of another session or key ignored");
                     Vec::new()
                 }),
             _ => Vec::new(),
         };
-        if let Some(s) = session {
-            let mut cooling = self.cooldown.cooling(org, &s.session_id, s.turn);
-            cooling.extend(carried.iter().filter(|(_, at)| self.cooldown.withheld(*at, s.turn)).map(|(id, _)| *id));
+        if let Some((session, turn)) = &session {
+            let mut cooling = self.cooldown.cooling(session, *turn);
+            cooling.extend(carried.iter().filter(|(_, at)| self.cooldown.withheld(*at, *turn)).map(|(id, _)| *id));
             candidates.retain(|c| !cooling.contains(&c.memory.id));
         }
 
@@ -142,16 +146,16 @@ impl Retriever {
         let (mut ranked, fallback_used) =
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
 
-        let cooldown_token = session.map(|s| {
-            self.cooldown.record(org, &s.session_id, s.turn, ranked.iter().map(|r| r.memory.id));
+        let cooldown_token = session.map(|(session, turn)| {
+            self.cooldown.record(&session, turn, ranked.iter().map(|r| r.memory.id));
             let mut entries: std::collections::HashMap<Uuid, u32> = std::collections::HashMap::new();
-            let still = carried.into_iter().filter(|(_, at)| self.cooldown.still_cooling(*at, s.turn));
-            for (id, at) in still.chain(self.cooldown.entries(org, &s.session_id, s.turn)) {
+            let still = carried.into_iter().filter(|(_, at)| self.cooldown.still_cooling(*at, turn));
+            for (id, at) in still.chain(self.cooldown.entries(&session, turn)) {
                 let newest = entries.entry(id).or_insert(at);
                 *newest = (*newest).max(at);
             }
             let entries: Vec<(Uuid, u32)> = entries.into_iter().collect();
-            cooldown_token::encode(&self.cooldown_key, org, &s.session_id, &entries)
+            cooldown_token::encode(&self.cooldown_key, &session, &entries)
         });
         let profiled: Vec<Uuid> = ranked
             .iter()
