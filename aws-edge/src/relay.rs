@@ -37,6 +37,7 @@ impl EventBridgeSink {
     fn entry(&self, event: &OutboxEvent) -> PutEventsRequestEntry {
         let detail = serde_json::json!({
             "outbox_id": event.id,
+            "sequence": event.seq,
             "organization_id": event.organization_id,
             "event_type": event.event_type,
             "occurred_at": event.created_at,
@@ -86,6 +87,10 @@ impl SqsJobSink {
 
 #[async_trait]
 impl JobSink for SqsJobSink {
+    fn job_types(&self) -> Vec<JobType> {
+        self.queues.keys().copied().collect()
+    }
+
     async fn send(&self, jobs: &[QueuedJob]) -> anyhow::Result<Vec<bool>> {
         let mut taken = vec![false; jobs.len()];
         let mut by_queue: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -130,12 +135,13 @@ pub async fn sdk_config() -> SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts).load().await
 }
 
-/// The relay over `pool`, publishing to the configured bus and queues.
-/// Jobs are sent only by a function given queues (the ingest worker and the scheduler; a worker that queues no
-/// job is not given any).
+/// The relay over `pool`, publishing to the configured bus and queues; a sweep visits at most
+/// `MEMORY_SWEEP_ORGANIZATIONS` organisations. Jobs are sent only by a function given queues, and only to the
+/// queues it is given (the ingest worker and the scheduler; a worker that queues no job is not given any).
 pub async fn relay_from_env(pool: PgPool) -> anyhow::Result<OutboxRelay> {
     let sdk = sdk_config().await;
-    let relay = OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env(&sdk)?));
+    let sweep = config::parsed_or("MEMORY_SWEEP_ORGANIZATIONS", memory_core::outbox::DEFAULT_SWEEP_ORGANIZATIONS)?;
+    let relay = OutboxRelay::new(pool, Arc::new(EventBridgeSink::from_env(&sdk)?)).with_sweep_organizations(sweep);
     let jobs = SqsJobSink::from_env(&sdk);
     Ok(if jobs.queues.is_empty() { relay } else { relay.with_jobs(Arc::new(jobs)) })
 }

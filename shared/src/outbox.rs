@@ -14,7 +14,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
-    jobs::QueuedJob,
+    jobs::{JobType, QueuedJob},
     store::{self, outbox::OutboxEvent},
 };
 
@@ -22,6 +22,8 @@ use crate::{
 pub const BATCH: i64 = 10;
 /// Publish attempts per batch for entries the bus refused.
 const ATTEMPTS: usize = 2;
+/// Organisations one sweep visits at most (`MEMORY_SWEEP_ORGANIZATIONS`); the next sweep takes the next ones.
+pub const DEFAULT_SWEEP_ORGANIZATIONS: i64 = 100;
 
 /// Where events go.
 #[async_trait]
@@ -33,6 +35,9 @@ pub trait EventSink: Send + Sync {
 /// Where jobs go.
 #[async_trait]
 pub trait JobSink: Send + Sync {
+    /// The job types this sink has a queue for (the relay leaves the others to one that has).
+    fn job_types(&self) -> Vec<JobType>;
+
     /// Sends the jobs to their queues; returns, for each in order, whether its queue took it. An error means none
     /// was taken.
     async fn send(&self, jobs: &[QueuedJob]) -> anyhow::Result<Vec<bool>>;
@@ -51,11 +56,18 @@ pub struct OutboxRelay {
     pool: PgPool,
     sink: Arc<dyn EventSink>,
     jobs: Option<Arc<dyn JobSink>>,
+    sweep_organizations: i64,
 }
 
 impl OutboxRelay {
     pub fn new(pool: PgPool, sink: Arc<dyn EventSink>) -> Self {
-        Self { pool, sink, jobs: None }
+        Self { pool, sink, jobs: None, sweep_organizations: DEFAULT_SWEEP_ORGANIZATIONS }
+    }
+
+    /// Visits at most this many organisations per sweep.
+    pub fn with_sweep_organizations(mut self, organizations: i64) -> Self {
+        self.sweep_organizations = organizations.max(1);
+        self
     }
 
     /// Also sends the job outbox to `jobs`.
@@ -74,42 +86,56 @@ impl OutboxRelay {
         Ok(sent? + published)
     }
 
-    /// Sends the organisation's unsent jobs, ten at a time, until none is left or a queue refuses.
+    /// Sends the organisation's unsent jobs that this relay has queues for, ten at a time; a job whose send fails
+    /// is left for the next flush and does not hold back the others. Fails, after sending what it could, when some
+    /// were not sent.
     async fn flush_jobs(&self, jobs: &dyn JobSink, organization_id: Uuid) -> crate::Result<usize> {
-        let mut sent = 0;
+        let job_types = jobs.job_types();
+        let (mut sent, mut failed) = (0, Vec::new());
+        let mut error = None;
         loop {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
-            let batch = store::jobs::claim_unsent(&mut tx, organization_id, BATCH).await?;
+            let batch = store::jobs::claim_unsent(&mut tx, organization_id, &job_types, &failed, BATCH).await?;
             if batch.is_empty() {
                 tx.commit().await?;
-                return Ok(sent);
+                break;
             }
-            let taken: Vec<Uuid> = match jobs.send(&batch).await {
-                Ok(results) => batch.iter().zip(results).filter(|(_, ok)| *ok).map(|(j, _)| j.id).collect(),
-                Err(error) => {
-                    tx.commit().await?;
-                    return Err(crate::Error::Unexpected(error.context("sending follow-up jobs")));
+            let results = match jobs.send(&batch).await {
+                Ok(results) => results,
+                Err(e) => {
+                    error = Some(e);
+                    Vec::new()
                 }
             };
+            let results = results.into_iter().chain(std::iter::repeat(false));
+            let (taken, refused): (Vec<_>, Vec<_>) = batch.iter().zip(results).partition(|(_, ok)| *ok);
+            let taken: Vec<Uuid> = taken.into_iter().map(|(j, _)| j.id).collect();
+            failed.extend(refused.into_iter().map(|(j, _)| j.id));
             store::jobs::mark_sent(&mut *tx, organization_id, &taken).await?;
             tx.commit().await?;
             sent += taken.len();
-            if taken.len() < batch.len() {
-                return Err(crate::Error::Unexpected(anyhow::anyhow!(
-                    "{} of {} jobs of organisation {organization_id} not sent",
-                    batch.len() - taken.len(),
-                    batch.len()
-                )));
-            }
         }
+        if failed.is_empty() {
+            return Ok(sent);
+        }
+        let cause = error.unwrap_or_else(|| anyhow::anyhow!("a queue refused them"));
+        Err(crate::Error::Unexpected(
+            cause.context(format!("{} jobs of organisation {organization_id} left for the next flush", failed.len())),
+        ))
     }
 
-    /// Publishes the organisation's unpublished events, oldest first, until none is left; returns how many were
-    /// published. Stops with an error when the bus refuses a batch; what was not accepted stays in the outbox.
+    /// Publishes the organisation's unpublished events in the order they were written, until none is left; returns
+    /// how many were published. One relay at a time publishes an organisation's events (another that finds it busy
+    /// returns), so they leave in order. Stops with an error when the bus refuses a batch; what was not accepted
+    /// stays in the outbox, ahead of what came after it.
     async fn flush_events(&self, organization_id: Uuid) -> crate::Result<usize> {
         let mut published = 0;
         loop {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
+            if !store::outbox::lock_publisher(&mut tx, organization_id).await? {
+                tx.commit().await?;
+                return Ok(published);
+            }
             let events = store::outbox::claim_unpublished(&mut tx, organization_id, BATCH).await?;
             if events.is_empty() {
                 tx.commit().await?;
@@ -129,10 +155,11 @@ impl OutboxRelay {
         }
     }
 
-    /// Flushes every organisation that has written events.
+    /// Flushes the next organisations round robin (at most the configured number per sweep, least recently swept
+    /// first), so every organisation is visited within a bounded number of sweeps however many there are.
     pub async fn sweep(&self) -> crate::Result<SweepReport> {
         let mut report = SweepReport::default();
-        for organization_id in store::outbox::organizations(&self.pool).await? {
+        for organization_id in store::outbox::next_to_sweep(&self.pool, self.sweep_organizations).await? {
             match self.flush(organization_id).await {
                 Ok(n) => report.published += n,
                 Err(error) => {

@@ -26,8 +26,9 @@ async fn sdk_config() -> aws_config::SdkConfig {
 #[tokio::test]
 async fn every_worker_queue_exists_with_a_dead_letter_queue() {
     let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
-    for name in ["memory-ingest", "memory-dedup", "memory-contradiction", "memory-synthesis", "memory-file-scan"] {
-        let url = sqs.get_queue_url().queue_name(name).send().await.unwrap().queue_url.unwrap();
+    for job in memory_core::jobs::JobType::ALL {
+        let name = format!("memory-{}", job.function());
+        let url = sqs.get_queue_url().queue_name(&name).send().await.unwrap().queue_url.unwrap();
         let attributes = sqs
             .get_queue_attributes()
             .queue_url(&url)
@@ -135,4 +136,103 @@ async fn outbox_events_reach_the_bus_and_wait_in_the_outbox_while_it_is_unreacha
     }
     received.sort();
     assert_eq!(received, outbox_ids);
+}
+
+/// The bus as the relay sees it, slowed down, recording each publish call's start, end and events.
+struct RecordingBus {
+    bus: EventBridgeSink,
+    calls: std::sync::Mutex<Vec<(std::time::Instant, std::time::Instant, Vec<Uuid>)>>,
+}
+
+#[async_trait::async_trait]
+impl memory_core::outbox::EventSink for RecordingBus {
+    async fn publish(&self, events: &[store::outbox::OutboxEvent]) -> anyhow::Result<Vec<bool>> {
+        let start = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let accepted = self.bus.publish(events).await;
+        let ids = events.iter().map(|e| e.id).collect();
+        self.calls.lock().unwrap().push((start, std::time::Instant::now(), ids));
+        accepted
+    }
+}
+
+/// Two relays flushing one organisation at once (a worker's flush and the sweep) publish its events one batch at
+/// a time, oldest first, so a consumer sees them in the order they happened.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn two_relays_publish_an_organisations_events_one_batch_at_a_time_in_order(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..25 {
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        transitions::create(&mut tx, &memory(org, &format!("fact {i}")).new, &[]).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let written: Vec<Uuid> = {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        sqlx::query_scalar("SELECT id FROM domain_event_outbox WHERE organization_id = $1 ORDER BY created_at, id")
+            .bind(org)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+    };
+    let sdk = sdk_config().await;
+    let bus = Arc::new(RecordingBus {
+        bus: EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus()),
+        calls: Default::default(),
+    });
+    let (first, second) =
+        (OutboxRelay::new(db.app.clone(), bus.clone()), OutboxRelay::new(db.app.clone(), bus.clone()));
+
+    let (a, b) = tokio::join!(first.flush(org), second.flush(org));
+    assert_eq!(a.unwrap() + b.unwrap(), 25);
+
+    let mut calls = bus.calls.lock().unwrap().clone();
+    calls.sort_by_key(|(start, _, _)| *start);
+    for pair in calls.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "two publish calls for one organisation overlapped");
+    }
+    let published: Vec<Uuid> = calls.into_iter().flat_map(|(_, _, ids)| ids).collect();
+    assert_eq!(published, written, "published in the order written");
+}
+
+/// A relay sends the jobs whose queues it has and leaves the others to the sweep: jobs it cannot send do not
+/// hold back the ones it can.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_relay_sends_the_jobs_it_has_queues_for_and_leaves_the_rest(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::jobs::{ContradictionCheckJob, FileScanJob, JobType};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    for _ in 0..12 {
+        let scan = FileScanJob { job_type: Some(JobType::MemoryFileScan), organization_id: org, project_id: None };
+        store::jobs::enqueue(&mut *tx, org, JobType::MemoryFileScan, serde_json::to_value(scan).unwrap())
+            .await
+            .unwrap();
+    }
+    let check = ContradictionCheckJob::new(org, Uuid::now_v7());
+    let body = serde_json::to_value(&check).unwrap();
+    store::jobs::enqueue(&mut *tx, org, JobType::MemoryContradictionCheck, body.clone()).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let sdk = sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let name = format!("t-{}-contradiction", org.simple());
+    let url = sqs.create_queue().queue_name(name).send().await.unwrap().queue_url.unwrap();
+    let queues = std::collections::HashMap::from([(JobType::MemoryContradictionCheck, url.clone())]);
+    let relay =
+        OutboxRelay::new(db.app.clone(), Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus())))
+            .with_jobs(Arc::new(aws_edge::relay::SqsJobSink::new(sqs.clone(), queues)));
+
+    relay.flush(org).await.unwrap();
+
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let unsent = store::jobs::unsent_counts(&mut *tx, org).await.unwrap();
+    assert_eq!(unsent, vec![("memory_file_scan".to_string(), 12)], "only the jobs without a queue wait");
+    let received = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap();
+    let bodies: Vec<serde_json::Value> =
+        received.messages().iter().map(|m| serde_json::from_str(m.body().unwrap()).unwrap()).collect();
+    assert_eq!(bodies, vec![body]);
 }

@@ -198,7 +198,7 @@ async fn the_fifth_mention_queues_a_synthesis_that_writes_a_profile(opts: PgPool
     assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_entity_synthesis", 1)]));
 
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-    let job = store::jobs::claim_unsent(&mut tx, org, 10).await.unwrap().pop().unwrap();
+    let job = store::jobs::claim_unsent(&mut tx, org, &JobType::ALL, &[], 10).await.unwrap().pop().unwrap();
     tx.commit().await.unwrap();
     let mut record = SqsMessage::default();
     record.message_id = Some("synthesis".into());
@@ -533,4 +533,75 @@ async fn an_untrusted_memory_claiming_high_confidence_cannot_supersede_or_lower_
     assert_eq!(held.len(), 1);
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("lower_confidence", existing));
     assert!(held[0].reason.starts_with("trust"), "{}", held[0].reason);
+}
+
+/// A near-duplicate ingested as a candidate is reviewed once it is promoted: the review queued at ingest finds the
+/// pair not yet reviewable (one memory is a candidate), and the promotion queues another, which decides it.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_near_duplicate_is_reviewed_once_its_candidate_is_promoted(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::{domain::DedupDecision, lifecycle::dedup::Deduper};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (first, second) = ("billing-api deploys on Tuesdays", "billing-api deploys every Tuesday");
+    let embedder =
+        Arc::new(FixedEmbedder::default().with(first, axis(0)).with(second, vector_with_similarity(0.95, 3)));
+    let ingestor = Ingestor::new(db.app.clone(), embedder.clone());
+    let existing =
+        ingestor.ingest(&batch(org, "b1", vec![turn(first)]), Admission::Active).await.unwrap().memory_ids[0];
+
+    // The queues of this test, and the relay that sends each worker's follow-up jobs to them.
+    let sdk = sdk().await;
+    let (dedup_queue, check_queue) = (
+        queue(&sdk, format!("t-{}-dedup", org.simple())).await,
+        queue(&sdk, format!("t-{}-contradiction", org.simple())).await,
+    );
+    let queues = HashMap::from([
+        (JobType::MemoryDedupReview, dedup_queue.clone()),
+        (JobType::MemoryContradictionCheck, check_queue.clone()),
+    ]);
+    let bus = std::env::var("MEMORY_EVENT_BUS").unwrap_or_else(|_| "agent-memory".into());
+    let relay =
+        OutboxRelay::new(db.app.clone(), Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus)))
+            .with_jobs(Arc::new(SqsJobSink::new(aws_sdk_sqs::Client::new(&sdk), queues)));
+    let model = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryDedup, |req| {
+        let n = req.prompt.matches("Pair ").count();
+        let items: Vec<String> = (0..n).map(|i| format!(r#"{{"pair":{i},"decision":"keep_both"}}"#)).collect();
+        Ok(format!(r#"{{"decisions":[{}]}}"#, items.join(",")))
+    }));
+    let deduper = workers::Worker::new(db.app.clone(), Deduper::new(model.clone(), None));
+    let checker = workers::Worker::new(db.app.clone(), ContradictionDetector::new(model.clone()));
+    let ingest = workers::Worker::new(db.app.clone(), Ingestor::new(db.app.clone(), embedder));
+
+    // The extraction service's message, through the ingest worker: a candidate near-duplicate of `existing`.
+    let mut event = SqsEvent::default();
+    let mut record = SqsMessage::default();
+    record.message_id = Some("b2".into());
+    record.body = Some(serde_json::to_string(&batch(org, "b2", vec![turn(second)])).unwrap());
+    event.records.push(record);
+    assert!(aws_edge::sqs::process(&ingest, Some(&relay), event).await.unwrap().batch_item_failures.is_empty());
+
+    // The dedup review runs first, while the new memory is still a candidate: nothing to review yet.
+    let reviews = receive(&sdk, &dedup_queue, 1).await;
+    assert_eq!(reviews.records.len(), 1);
+    assert!(aws_edge::sqs::process(&deduper, Some(&relay), reviews).await.unwrap().batch_item_failures.is_empty());
+    assert!(model.calls().is_empty(), "no pair was reviewable");
+
+    // The contradiction check promotes the candidate, which queues the review of its pair.
+    let checks = receive(&sdk, &check_queue, 1).await;
+    assert!(aws_edge::sqs::process(&checker, Some(&relay), checks).await.unwrap().batch_item_failures.is_empty());
+    let reviews = receive(&sdk, &dedup_queue, 1).await;
+    assert_eq!(reviews.records.len(), 1, "the promotion queued a review");
+    assert!(aws_edge::sqs::process(&deduper, Some(&relay), reviews).await.unwrap().batch_item_failures.is_empty());
+
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let pending: Vec<(Uuid, Uuid, DedupDecision)> =
+        sqlx::query_as("SELECT memory_a_id, memory_b_id, decision FROM memory_dedup_pair WHERE organization_id = $1")
+            .bind(org)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].0 == existing || pending[0].1 == existing);
+    assert_eq!(pending[0].2, DedupDecision::KeepBoth, "reviewed once both memories were active");
+    assert_eq!(model.calls().len(), 1, "reviewed once");
 }

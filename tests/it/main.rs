@@ -12,6 +12,7 @@ mod ingest;
 mod integrity;
 mod lifecycle;
 mod pipeline;
+mod robustness;
 mod schema;
 mod search;
 mod shipped_ranking;

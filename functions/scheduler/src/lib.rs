@@ -1,6 +1,9 @@
 //! Scheduled tasks, one EventBridge schedule each, whose constant input names the task:
 //! - `{"task": "outbox_sweep"}`: sends the follow-up jobs and publishes the domain events the workers' own
 //!   flushes left behind (for example while EventBridge or SQS was unreachable);
+//! - `{"task": "lifecycle_sweep"}`: queues the review of deferred dedup pairs whose memories are both active, and
+//!   promotes unchecked (recording why) candidates the contradiction check did not decide within
+//!   `MEMORY_CANDIDATE_BOUND_MINUTES` (120);
 //! - `{"task": "file_scan"}`: the daily fan-out, one `memory_file_scan` job per organisation with file-backed
 //!   memories (per project for a large one), then sent like any job;
 //! - `{"task": "ann_indexes"}` and `{"task": "migrate"}`: database maintenance with the schema owner's
@@ -9,9 +12,9 @@
 //!   column's dimension from `MEMORY_EMBEDDING_DIMENSIONS` when given.
 
 use memory_core::{
-    config::DatabaseConfig,
+    config::{self, DatabaseConfig},
     db::{self, PgPool},
-    lifecycle::file_scan,
+    lifecycle::{file_scan, sweep},
     outbox::OutboxRelay,
     secrets, store,
 };
@@ -21,6 +24,7 @@ use serde::Deserialize;
 #[serde(tag = "task", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Task {
     OutboxSweep,
+    LifecycleSweep,
     FileScan,
     AnnIndexes {
         #[serde(default = "default_min_memories")]
@@ -40,6 +44,18 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
             let (_, relay) = app.ok_or_else(|| anyhow::anyhow!("outbox_sweep needs MEMORY_DATABASE_URL"))?;
             let report = relay.sweep().await?;
             serde_json::json!({"sent": report.published, "failed_organizations": report.failed_organizations})
+        }
+        Task::LifecycleSweep => {
+            let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("lifecycle_sweep needs MEMORY_DATABASE_URL"))?;
+            let bound =
+                config::parsed_or("MEMORY_CANDIDATE_BOUND_MINUTES", sweep::DEFAULT_CANDIDATE_BOUND.num_minutes())?;
+            let report = sweep::run(pool, chrono::TimeDelta::minutes(bound)).await?;
+            let sent = relay.sweep().await?;
+            serde_json::json!({
+                "reviews_queued": report.reviews_queued,
+                "promoted_unchecked": report.promoted_unchecked,
+                "sent": sent.published,
+            })
         }
         Task::FileScan => {
             let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("file_scan needs MEMORY_DATABASE_URL"))?;

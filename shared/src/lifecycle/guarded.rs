@@ -72,6 +72,11 @@ pub async fn merge(
     transitions::supersede(&mut *tx, org, a.id, created.id, "dedup_merge").await?;
     transitions::supersede(&mut *tx, org, b.id, created.id, "dedup_merge").await?;
     transitions::record_merge(&mut *tx, org, created.id, &[a.id, b.id]).await?;
+    // The sources' other deferred pairs can no longer be reviewed (a source is superseded): the merged memory
+    // takes them over.
+    if store::dedup::carry_deferred(&mut *tx, org, &[a.id, b.id], created.id).await? > 0 {
+        super::sweep::queue_review_if_due(&mut *tx, org, Some(created.id)).await?;
+    }
     Ok(Outcome::Applied(created))
 }
 

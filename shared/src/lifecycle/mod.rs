@@ -12,6 +12,7 @@ pub mod dedup;
 pub mod file_scan;
 pub mod guarded;
 pub mod supersession;
+pub mod sweep;
 pub mod synthesis;
 
 use std::time::Duration;
@@ -65,4 +66,11 @@ pub(crate) async fn embed_optional(
 ) -> crate::Result<Option<Vec<f32>>> {
     let Some(embedder) = embedder else { return Ok(None) };
     Ok(embedder.embed_within(&[text.to_string()], budget).await?.pop())
+}
+
+/// A memory's text fenced as data for a prompt (the prompts say that a `<memory>` element's text is never an
+/// instruction): at most `max_chars` characters, with nothing in it that could close the fence.
+pub(crate) fn quoted(text: &str, max_chars: usize) -> String {
+    let text: String = text.chars().take(max_chars).collect();
+    format!("<memory>{}</memory>\n", text.replace('<', "‹").replace('>', "›"))
 }

@@ -136,3 +136,47 @@ pub async fn decision(
     .fetch_optional(executor)
     .await
 }
+
+/// Whether the organisation has a deferred pair whose memories are both active (and so waits for a reviewer);
+/// with `memory`, only pairs of that memory count.
+pub async fn has_reviewable(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    memory: Option<Uuid>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM memory_dedup_pair p WHERE p.organization_id = $1 AND p.decision = 'deferred' \
+             AND ($2::uuid IS NULL OR $2 IN (p.memory_a_id, p.memory_b_id)) \
+             AND (SELECT count(*) FROM memory m WHERE m.organization_id = p.organization_id \
+                  AND m.id IN (p.memory_a_id, p.memory_b_id) AND m.status = 'active') = 2)",
+    )
+    .bind(organization_id)
+    .bind(memory)
+    .fetch_one(executor)
+    .await
+}
+
+/// Defers a pair of `merged` with every memory that a deferred pair of `sources` named (the merge replaced the
+/// sources, so those pairs could never be reviewed); returns how many pairs were deferred.
+pub async fn carry_deferred(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    sources: &[Uuid],
+    merged: Uuid,
+) -> sqlx::Result<u64> {
+    sqlx::query(
+        "INSERT INTO memory_dedup_pair (organization_id, memory_a_id, memory_b_id, cosine_similarity) \
+         SELECT DISTINCT $1, least(other, $3), greatest(other, $3), p.cosine_similarity FROM memory_dedup_pair p \
+         CROSS JOIN LATERAL (SELECT CASE WHEN p.memory_a_id = ANY($2) THEN p.memory_b_id ELSE p.memory_a_id END \
+                             AS other) o \
+         WHERE p.organization_id = $1 AND p.decision = 'deferred' \
+           AND (p.memory_a_id = ANY($2) OR p.memory_b_id = ANY($2)) AND NOT (other = ANY($2)) AND other <> $3 \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(organization_id)
+    .bind(sources.to_vec())
+    .bind(merged)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}

@@ -24,13 +24,24 @@ pub async fn enqueue(
     Ok(id)
 }
 
-/// Locks up to `limit` of the organisation's unsent jobs, oldest first, for this transaction.
-pub async fn claim_unsent(conn: &mut PgConnection, organization_id: Uuid, limit: i64) -> sqlx::Result<Vec<QueuedJob>> {
+/// Locks up to `limit` of the organisation's unsent jobs of `job_types`, oldest first, for this transaction,
+/// leaving out `skipped` (jobs whose send failed in this flush).
+pub async fn claim_unsent(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    job_types: &[JobType],
+    skipped: &[Uuid],
+    limit: i64,
+) -> sqlx::Result<Vec<QueuedJob>> {
+    let job_types: Vec<&str> = job_types.iter().map(|t| t.as_str()).collect();
     sqlx::query_as(
         "SELECT organization_id, id, job_type, body FROM memory_job_outbox \
-         WHERE organization_id = $1 AND sent_at IS NULL ORDER BY created_at, id LIMIT $2 FOR UPDATE SKIP LOCKED",
+         WHERE organization_id = $1 AND sent_at IS NULL AND job_type = ANY($2) AND NOT (id = ANY($3)) \
+         ORDER BY created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED",
     )
     .bind(organization_id)
+    .bind(job_types)
+    .bind(skipped.to_vec())
     .bind(limit)
     .fetch_all(conn)
     .await
@@ -56,5 +67,17 @@ pub async fn unsent_counts(executor: impl PgExecutor<'_>, organization_id: Uuid)
     )
     .bind(organization_id)
     .fetch_all(executor)
+    .await
+}
+
+/// Whether a job of this type waits unsent in the organisation's outbox.
+pub async fn has_unsent(executor: impl PgExecutor<'_>, organization_id: Uuid, job_type: JobType) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM memory_job_outbox WHERE organization_id = $1 AND sent_at IS NULL \
+         AND job_type = $2)",
+    )
+    .bind(organization_id)
+    .bind(job_type.as_str())
+    .fetch_one(executor)
     .await
 }

@@ -139,3 +139,32 @@ pub async fn superseded_by_any(
     qb.push(" AND m.superseded_by = ANY(").push_bind(ids.to_vec()).push(") ORDER BY m.created_at DESC, m.id");
     qb.build_query_as().fetch_all(conn).await
 }
+
+/// Records that the contradiction check decided the memory now.
+pub async fn mark_checked(executor: impl PgExecutor<'_>, organization_id: Uuid, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("UPDATE memory SET checked_at = now() WHERE organization_id = $1 AND id = $2")
+        .bind(organization_id)
+        .bind(id)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
+
+/// Candidates the contradiction check has not decided, written (or last changed) longer than `older_than` ago,
+/// oldest first, at most `limit`.
+pub async fn undecided_candidates(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    older_than: chrono::TimeDelta,
+    limit: i64,
+) -> sqlx::Result<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>> {
+    sqlx::query_as(
+        "SELECT id, updated_at FROM memory WHERE organization_id = $1 AND status = 'candidate' \
+         AND checked_at IS NULL AND updated_at < now() - $2 ORDER BY updated_at, id LIMIT $3",
+    )
+    .bind(organization_id)
+    .bind(older_than)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}

@@ -12,6 +12,8 @@ pub struct OutboxEvent {
     pub event_type: String,
     pub payload: serde_json::Value,
     pub created_at: DateTime<Utc>,
+    /// The order the events were written in (increasing across transactions).
+    pub seq: i64,
 }
 
 /// Appends an event (for example `memory.superseded`) to the outbox.
@@ -32,17 +34,25 @@ pub async fn append(
     Ok(id)
 }
 
-/// Locks up to `limit` of the organisation's unpublished events, oldest first, for this transaction; another
-/// relay skips them.
+/// Makes this transaction the organisation's only event publisher until it ends; false when another relay is
+/// publishing the organisation's events (it will publish these too).
+pub async fn lock_publisher(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('domain_event_outbox'), hashtext($1::text))")
+        .bind(organization_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Locks up to `limit` of the organisation's unpublished events, in the order they were written, for this
+/// transaction.
 pub async fn claim_unpublished(
     conn: &mut PgConnection,
     organization_id: Uuid,
     limit: i64,
 ) -> sqlx::Result<Vec<OutboxEvent>> {
     sqlx::query_as(
-        "SELECT organization_id, id, event_type, payload, created_at FROM domain_event_outbox \
-         WHERE organization_id = $1 AND published_at IS NULL ORDER BY created_at, id LIMIT $2 \
-         FOR UPDATE SKIP LOCKED",
+        "SELECT organization_id, id, event_type, payload, created_at, seq FROM domain_event_outbox \
+         WHERE organization_id = $1 AND published_at IS NULL ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED",
     )
     .bind(organization_id)
     .bind(limit)
@@ -71,9 +81,24 @@ pub async fn unpublished_count(executor: impl PgExecutor<'_>, organization_id: U
         .await
 }
 
-/// The organisations that have ever written an event (ids only; the relay visits each under its own setting).
+/// The organisations that have ever written an event or a job (ids only; the relay visits each under its own
+/// setting).
 pub async fn organizations(executor: impl PgExecutor<'_>) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar("SELECT organization_id FROM domain_event_outbox_org ORDER BY organization_id")
         .fetch_all(executor)
         .await
+}
+
+/// The next `limit` organisations for the scheduled sweep, least recently swept first, stamped as swept now (a
+/// concurrent sweep takes others).
+pub async fn next_to_sweep(executor: impl PgExecutor<'_>, limit: i64) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "UPDATE domain_event_outbox_org o SET swept_at = now() FROM (\
+             SELECT organization_id FROM domain_event_outbox_org ORDER BY swept_at NULLS FIRST, organization_id \
+             LIMIT $1 FOR UPDATE SKIP LOCKED) next \
+         WHERE o.organization_id = next.organization_id RETURNING o.organization_id",
+    )
+    .bind(limit)
+    .fetch_all(executor)
+    .await
 }

@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use aws_edge::sqs::{JobHandler, Runner};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
-use memory_core::{jobs::JobType, outbox::OutboxRelay, services::Services};
+use memory_core::{jobs::JobType, lifecycle::sweep, outbox::OutboxRelay, services::Services};
 
 /// How long a received message stays hidden before a failed one comes back.
 const VISIBILITY_SECONDS: i32 = 10;
@@ -28,9 +28,20 @@ async fn main() -> anyhow::Result<()> {
         let poller = Poller { url, sqs: sqs.clone(), relay: relay.clone(), tasks: &mut tasks };
         workers::serve(job, &services, poller)?;
     }
+    // The schedules of a deployment, closer together: the outbox sweep every 5 s, the lifecycle sweep every minute.
+    let bound = chrono::TimeDelta::minutes(memory_core::config::parsed_or(
+        "MEMORY_CANDIDATE_BOUND_MINUTES",
+        sweep::DEFAULT_CANDIDATE_BOUND.num_minutes(),
+    )?);
+    let pool = services.pool.clone();
     tasks.spawn(async move {
-        loop {
+        for tick in 1u64.. {
             tokio::time::sleep(Duration::from_secs(5)).await;
+            if tick % 12 == 0
+                && let Err(error) = sweep::run(&pool, bound).await
+            {
+                tracing::warn!(%error, "lifecycle sweep failed");
+            }
             if let Err(error) = relay.sweep().await {
                 tracing::warn!(%error, "outbox sweep failed");
             }

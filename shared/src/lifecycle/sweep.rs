@@ -1,0 +1,84 @@
+//! The lifecycle's backstop, run on a schedule (`{"task": "lifecycle_sweep"}`): what the message flow can leave
+//! undone is done here. Deferred dedup pairs whose memories are both active get a review queued (promotion and
+//! merges queue theirs as they happen), and a candidate that the contradiction check has not decided within the
+//! bound (its check failed until it dead-lettered, say) is promoted unchecked by rule, with the reason held for a
+//! person in `memory_held_decision`.
+
+use chrono::TimeDelta;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    jobs::{DedupReviewJob, JobType},
+    store::{self, transitions},
+};
+
+/// How long a candidate may wait for its contradiction check (`MEMORY_CANDIDATE_BOUND_MINUTES`): longer than SQS
+/// retries a failing check (five receives, each after a visibility timeout) before moving it to the DLQ.
+pub const DEFAULT_CANDIDATE_BOUND: TimeDelta = TimeDelta::hours(2);
+/// Candidates one run decides per organisation at most (the next run takes the rest).
+const CANDIDATES_PER_RUN: i64 = 100;
+
+/// What one run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub reviews_queued: usize,
+    pub promoted_unchecked: usize,
+}
+
+/// One pass over every organisation.
+pub async fn run(pool: &PgPool, candidate_bound: TimeDelta) -> crate::Result<SweepReport> {
+    let mut report = SweepReport::default();
+    for organization_id in store::outbox::organizations(pool).await? {
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        report.reviews_queued += usize::from(queue_review_if_due(&mut tx, organization_id, None).await?);
+        report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
+        tx.commit().await?;
+    }
+    Ok(report)
+}
+
+/// Queues a review of the organisation's deferred pairs when one of them (one of `memory`'s, if given) has both
+/// memories active and no review waits to be sent; returns whether it queued one.
+pub(crate) async fn queue_review_if_due(
+    tx: &mut sqlx::PgConnection,
+    organization_id: Uuid,
+    memory: Option<Uuid>,
+) -> crate::Result<bool> {
+    if !store::dedup::has_reviewable(&mut *tx, organization_id, memory).await?
+        || store::jobs::has_unsent(&mut *tx, organization_id, JobType::MemoryDedupReview).await?
+    {
+        return Ok(false);
+    }
+    let body = serde_json::to_value(DedupReviewJob::deferred(organization_id)).expect("a job serialises");
+    store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryDedupReview, body).await?;
+    Ok(true)
+}
+
+/// Promotes the candidates that waited longer than `bound` for their contradiction check, recording why.
+async fn promote_undecided(
+    tx: &mut sqlx::PgConnection,
+    organization_id: Uuid,
+    bound: TimeDelta,
+) -> crate::Result<usize> {
+    let waiting = store::memories::undecided_candidates(&mut *tx, organization_id, bound, CANDIDATES_PER_RUN).await?;
+    if waiting.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = waiting.iter().map(|(id, _)| *id).collect();
+    transitions::lock(&mut *tx, organization_id, &ids).await?;
+    // Read again under the locks: a check that finished meanwhile has decided its memory.
+    let still = store::memories::undecided_candidates(&mut *tx, organization_id, bound, CANDIDATES_PER_RUN).await?;
+    let reason = format!(
+        "the contradiction check did not decide this memory within {} minutes; promoted unchecked",
+        bound.num_minutes()
+    );
+    let mut promoted = 0;
+    for (id, _) in still.into_iter().filter(|(id, _)| ids.contains(id)) {
+        transitions::promote(&mut *tx, organization_id, id).await?;
+        store::memories::mark_checked(&mut *tx, organization_id, id).await?;
+        store::review::hold(&mut *tx, organization_id, "contradiction", "promote_unchecked", id, id, &reason).await?;
+        promoted += 1;
+    }
+    Ok(promoted)
+}
