@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan events smoke clean test package stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan events smoke clean test fuzz package stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -16,6 +16,7 @@ help:
 	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
+	@echo "make fuzz [FUZZ_CASES=20000]   every parser of outside input fed arbitrary input, many cases"
 	@echo "make package [ARCH=x86_64]   one Lambda zip per function and the MiniLM layer (target/lambda*)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
@@ -42,6 +43,10 @@ clean: stop
 
 test:
 	@scripts/test.sh
+
+FUZZ_CASES ?= 20000
+fuzz:
+	@PROPTEST_CASES=$(FUZZ_CASES) scripts/test.sh fuzz_
 
 stack:
 	@scripts/stack.sh up

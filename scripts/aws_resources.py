@@ -44,6 +44,13 @@ watch_arn = sqs.get_queue_attributes(QueueUrl=watch_url, AttributeNames=["QueueA
 events.put_rule(Name="watch-domain-events", EventBusName=BUS, EventPattern=json.dumps({"source": ["agent-memory"]}))
 events.put_targets(Rule="watch-domain-events", EventBusName=BUS, Targets=[{"Id": "watch", "Arn": watch_arn}])
 exports.append(f"export MEMORY_EVENTS_WATCH_QUEUE_URL={watch_url}\n")
+# The principal the local tools send as (SQS reports it to the workers as SenderId): make run registers it as
+# a producer of the demo organisations.
+probe = sqs.create_queue(QueueName="memory-sender-probe")["QueueUrl"]
+sqs.send_message(QueueUrl=probe, MessageBody="probe")
+received = sqs.receive_message(QueueUrl=probe, AttributeNames=["SenderId"])["Messages"][0]
+sqs.delete_message(QueueUrl=probe, ReceiptHandle=received["ReceiptHandle"])
+exports.append(f"export MEMORY_LOCAL_SENDER_ID={received['Attributes']['SenderId']}\n")
 with open(sys.argv[1], "w") as out:
     out.writelines(exports)
 print(f"[stack] queues {', '.join(QUEUES)} (with DLQs) and event bus {BUS} ready")

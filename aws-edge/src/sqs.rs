@@ -12,11 +12,18 @@ use memory_core::{db::PgPool, jobs::Job, outbox::OutboxRelay};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+/// What SQS says of a message besides its body.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delivery {
+    /// The principal that sent it (`SenderId`: an IAM user or role id).
+    pub sender_id: Option<String>,
+}
+
 /// A worker: what its messages look like and how one is applied.
 pub trait JobHandler: Send + Sync + 'static {
     type Job: Job + DeserializeOwned + Send;
 
-    fn handle(&self, job: Self::Job) -> impl Future<Output = anyhow::Result<()>> + Send;
+    fn handle(&self, job: Self::Job, delivery: &Delivery) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// Applies every message of a batch; the response names those that failed.
@@ -35,7 +42,8 @@ pub async fn process<H: JobHandler>(
             let job: H::Job = serde_json::from_str(body).map_err(|e| anyhow::anyhow!("malformed message body: {e}"))?;
             H::Job::TYPE.expect(job.job_type())?;
             let organization_id = job.organization_id();
-            handler.handle(job).await?;
+            let delivery = Delivery { sender_id: record.attributes.get("SenderId").cloned() };
+            handler.handle(job, &delivery).await?;
             if let Some(relay) = relay
                 && let Err(error) = relay.flush(organization_id).await
             {

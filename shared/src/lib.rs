@@ -8,6 +8,8 @@ pub mod db;
 pub mod domain;
 pub mod embed;
 pub mod error;
+#[cfg(test)]
+mod fuzz;
 pub mod ingest;
 pub mod jobs;
 pub mod lifecycle;

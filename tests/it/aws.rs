@@ -236,3 +236,42 @@ async fn a_relay_sends_the_jobs_it_has_queues_for_and_leaves_the_rest(opts: PgPo
         received.messages().iter().map(|m| serde_json::from_str(m.body().unwrap()).unwrap()).collect();
     assert_eq!(bodies, vec![body]);
 }
+
+/// A message a worker failed until SQS gave up is listed on the dead-letter queue with its receive count, and
+/// `redrive` sends it back to its queue.
+#[tokio::test]
+async fn dead_letters_are_listed_and_sent_back_to_their_queue() {
+    use aws_edge::dead_letters;
+    let sdk = sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let name = format!("t-{}", Uuid::now_v7().simple());
+    let dlq = sqs.create_queue().queue_name(format!("{name}-dlq")).send().await.unwrap().queue_url.unwrap();
+    let arn_name = aws_sdk_sqs::types::QueueAttributeName::QueueArn;
+    let attributes = sqs.get_queue_attributes().queue_url(&dlq).attribute_names(arn_name.clone()).send().await.unwrap();
+    let dlq_arn = attributes.attributes.unwrap()[&arn_name].clone();
+    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}).to_string();
+    let queue = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, redrive)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    sqs.send_message().queue_url(&queue).message_body(r#"{"poison": true}"#).send().await.unwrap();
+    // A worker receives it and fails it (leaves it), until SQS moves it to the dead-letter queue.
+    for _ in 0..3 {
+        sqs.receive_message().queue_url(&queue).visibility_timeout(0).send().await.unwrap();
+    }
+    assert_eq!(dead_letters::queue_of(&sqs, &queue).await.unwrap().as_deref(), Some(dlq.as_str()));
+
+    let listed = dead_letters::list(&sqs, &dlq).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].body, r#"{"poison": true}"#);
+    assert!(listed[0].receive_count >= 2, "{listed:?}");
+    assert_eq!(dead_letters::list(&sqs, &dlq).await.unwrap().len(), 1, "listing leaves it there");
+    assert_eq!(dead_letters::redrive(&sqs, &dlq, &queue).await.unwrap(), 1);
+    let back = sqs.receive_message().queue_url(&queue).send().await.unwrap();
+    assert_eq!(back.messages()[0].body(), Some(r#"{"poison": true}"#));
+}

@@ -124,12 +124,10 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
             };
             assert_eq!(failed, expected, "{name}");
         } else if name.starts_with("scheduled-") {
-            let task: scheduler::Task = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            use scheduler::Task;
+            let task: Task = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
             // Maintenance tasks run with the deployment's owner connection; the others run here.
-            if matches!(
-                task,
-                scheduler::Task::OutboxSweep | scheduler::Task::LifecycleSweep | scheduler::Task::FileScan
-            ) {
+            if matches!(task, Task::OutboxSweep | Task::LifecycleSweep | Task::Prune | Task::FileScan) {
                 scheduler::run(task, Some((&db.app, &relay))).await.unwrap_or_else(|e| panic!("{name}: {e}"));
             }
         } else {

@@ -312,3 +312,81 @@ async fn embedder_down_and_keyword_failing_is_a_503_not_an_empty_answer(opts: Pg
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(headers.contains_key(header::RETRY_AFTER));
 }
+
+/// A read on a request's path gives up after the read budget (here while a lock holds the table), rather than after
+/// the role's lock and statement limits.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_read_by_id_gives_up_after_the_read_budget(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let m = memory(org, "a fact").insert(&db).await;
+    let config = RetrievalConfig { read_budget_ms: 200, ..RetrievalConfig::default() };
+    let r = Retriever::new(db.app.clone(), Arc::new(FixedEmbedder::default()), None, config);
+    let mut holder = db.admin.begin().await.unwrap();
+    sqlx::query("LOCK TABLE memory IN ACCESS EXCLUSIVE MODE").execute(&mut *holder).await.unwrap();
+    let started = std::time::Instant::now();
+    let (read, chain) = (r.memory(org, None, m.id).await, r.supersession_chain(org, None, m.id).await);
+    let waited = started.elapsed();
+    holder.rollback().await.unwrap();
+    assert!(read.is_err() && chain.is_err());
+    // The role's lock timeout is 5 s: each read gave up long before.
+    assert!(waited < std::time::Duration::from_secs(3), "{waited:?}");
+    assert!(r.memory(org, None, m.id).await.is_ok(), "served again once the lock is gone");
+}
+
+/// Arbitrary bodies and tokens, and JSON of the right shape with arbitrary values, through every POST route: the
+/// answer is a success or a 4xx with a JSON error, never a 5xx. `make fuzz` runs many more cases.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn fuzz_http_bodies_and_tokens_never_answer_5xx(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use proptest::{prelude::*, strategy::ValueTree, test_runner::TestRunner};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "a fact").embedding(axis(0)).insert(&db).await;
+    let app = app(retriever(&db, Arc::new(FixedEmbedder::default()), None));
+    let valid = sign_local_token(SECRET, &claims(org)).unwrap();
+    let cases: u32 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    let value = || {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            ".{0,40}".prop_map(Value::from),
+            Just(json!("passive")),
+            Just(json!("agent_query")),
+            Just(json!("hybrid")),
+        ]
+    };
+    let fields =
+        ["mode", "query", "max_results", "session_id", "turn", "strategy", "filters", "agent_id", "cooldown_token"];
+    let shaped = prop::collection::vec((prop::sample::select(fields.to_vec()), value()), 0..6)
+        .prop_map(|pairs| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()).to_string());
+    let body = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..300).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        shaped
+    ];
+    let token = prop_oneof![
+        Just(valid.clone()),
+        "[ -~]{0,200}", // header values are visible ASCII: nothing else reaches the service
+        "[A-Za-z0-9_-]{10,40}\\.[A-Za-z0-9_-]{10,80}\\.[A-Za-z0-9_-]{0,40}"
+    ];
+    let route = prop::sample::select(vec!["/v1/retrieve", "/v1/search", "/v1/tools/memory.query"]);
+    let mut runner = TestRunner::deterministic();
+    for _ in 0..cases {
+        let (body, token, route) =
+            (body.clone(), token.clone(), route.clone()).new_tree(&mut runner).unwrap().current();
+        let request = Request::post(route)
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.clone()))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(!status.is_server_error(), "{route} {body:?} with {token:?}: {status} {bytes:?}");
+        if status.is_client_error() {
+            let error: Value = serde_json::from_slice(&bytes).unwrap();
+            assert!(error["error"]["code"].is_string(), "{error}");
+        }
+    }
+}

@@ -605,3 +605,60 @@ async fn a_near_duplicate_is_reviewed_once_its_candidate_is_promoted(opts: PgPoo
     assert_eq!(pending[0].2, DedupDecision::KeepBoth, "reviewed once both memories were active");
     assert_eq!(model.calls().len(), 1, "reviewed once");
 }
+
+/// Only a registered producer writes, into the organisations it is registered for, claiming at most its grant's
+/// trust: every message is checked against the sender SQS reports, and a refused one writes nothing.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_their_grant(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{ingest::Producers, store::producers::Producer};
+    let db = Db::new(opts, conn).await;
+    let (org, other_org) = (Uuid::now_v7(), Uuid::now_v7());
+    let sdk = sdk().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sdk, format!("t-{}-producers", org.simple())).await;
+    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("a human fact", axis(1)));
+    let ingestor = Ingestor::new(db.app.clone(), embedder).with_producers(Producers::Registered);
+    let worker = workers::Worker::new(db.app.clone(), ingestor);
+    // Messages go through the real queue, which says who sent them.
+    let deliver = async |id: &str, batch: IngestBatch| -> Vec<String> {
+        sqs.send_message().queue_url(&url).message_body(serde_json::to_string(&batch).unwrap()).send().await.unwrap();
+        let received = sqs
+            .receive_message()
+            .queue_url(&url)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
+            .send()
+            .await
+            .unwrap();
+        let message = &received.messages()[0];
+        sqs.delete_message().queue_url(&url).receipt_handle(message.receipt_handle().unwrap()).send().await.unwrap();
+        let mut record = SqsMessage::default();
+        record.message_id = Some(id.into());
+        record.body = message.body().map(str::to_string);
+        for (name, value) in message.attributes().into_iter().flatten() {
+            record.attributes.insert(name.as_str().to_string(), value.clone());
+        }
+        let mut event = SqsEvent::default();
+        event.records.push(record);
+        let response = aws_edge::sqs::process(&worker, None, event).await.unwrap();
+        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+    };
+    let mut human = turn("a human fact");
+    human["provenance"] = json!({"source_kind": "human", "source_ref": "alice", "trust_level": "verified"});
+
+    assert_eq!(deliver("unregistered", batch(org, "b1", vec![turn("a fact")])).await, vec!["unregistered"]);
+    let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let grant = Producer { sender_id: sender, name: "extraction".into(), max_trust: TrustLevel::Unverified };
+    store::producers::upsert(&mut *tx, org, &grant).await.unwrap();
+    tx.commit().await.unwrap();
+
+    assert!(deliver("granted", batch(org, "b2", vec![turn("a fact")])).await.is_empty());
+    assert_eq!(deliver("over-trust", batch(org, "b3", vec![human])).await, vec!["over-trust"]);
+    assert_eq!(deliver("other-org", batch(other_org, "b4", vec![turn("a fact")])).await, vec!["other-org"]);
+    let stored = statuses(&db, org).await;
+    assert_eq!(stored.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), vec!["a fact"], "only the granted batch");
+    assert!(statuses(&db, other_org).await.is_empty());
+}

@@ -12,6 +12,7 @@ mod ingest;
 mod integrity;
 mod lifecycle;
 mod pipeline;
+mod properties;
 mod robustness;
 mod schema;
 mod search;

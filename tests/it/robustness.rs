@@ -144,3 +144,42 @@ async fn a_popular_entity_is_synthesised_from_its_most_confident_sources_only(
     assert_eq!(quoted, memory_core::lifecycle::synthesis::SOURCES_PER_PROFILE);
     assert_eq!(calls[0].prompt.matches("(confident)").count(), 30, "the most confident first");
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn prune_deletes_what_is_kept_no_longer_and_nothing_else(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::ingest::{Admission, IngestBatch, Ingestor};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let embedder =
+        Arc::new(integration_tests::FixedEmbedder::default().with("a fact", axis(0)).with("b fact", axis(1)));
+    let message = |id: &str, text: &str| -> IngestBatch {
+        serde_json::from_value(serde_json::json!({"organization_id": org, "batch_id": id, "memories": [{
+            "content": text, "memory_type": "semantic", "scope": "org",
+            "provenance": {"source_kind": "human", "source_ref": "alice", "trust_level": "verified"}}]}))
+        .unwrap()
+    };
+    let ingestor = Ingestor::new(db.app.clone(), embedder);
+    ingestor.ingest(&message("old", "a fact"), Admission::Candidate).await.unwrap();
+    // What happened more than the retention ago: published, sent, recorded.
+    let age = |sql: &'static str| {
+        let db = &db;
+        async move { sqlx::query(sql).bind(org).execute(&db.admin).await.unwrap() }
+    };
+    age("UPDATE domain_event_outbox SET published_at = now() - interval '8 days' WHERE organization_id = $1").await;
+    age("UPDATE memory_job_outbox SET sent_at = now() - interval '8 days' WHERE organization_id = $1").await;
+    age("UPDATE memory_ingest_batch SET created_at = now() - interval '16 days' WHERE organization_id = $1").await;
+    // What is recent or still waiting.
+    ingestor.ingest(&message("new", "b fact"), Admission::Candidate).await.unwrap();
+
+    let report = sweep::prune(&db.app).await.unwrap();
+
+    assert_eq!((report.events, report.jobs, report.batches), (1, 1, 1), "{report:?}");
+    let count = |sql: &'static str| {
+        let db = &db;
+        async move { sqlx::query_scalar::<_, i64>(sql).bind(org).fetch_one(&db.admin).await.unwrap() }
+    };
+    assert_eq!(count("SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1").await, 1);
+    assert_eq!(count("SELECT count(*) FROM memory_job_outbox WHERE organization_id = $1").await, 1);
+    assert_eq!(count("SELECT count(*) FROM memory_ingest_batch WHERE organization_id = $1").await, 1);
+    assert_eq!(count("SELECT count(*) FROM memory WHERE organization_id = $1").await, 2, "memories stay");
+}

@@ -158,6 +158,36 @@ async fn graph_expansion_adds_memories_sharing_an_entity_with_hop_decay(opts: Pg
     assert!((hits[2].score - hits[0].score * 0.25).abs() < 1e-12);
 }
 
+/// Graph expansion follows the newest neighbours when there are more than it returns.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn graph_expansion_returns_the_newest_neighbours(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let direct = memory(org, "billing-api returns E5003").embedding(axis(0)).insert(&db).await;
+    let mut neighbours = Vec::new();
+    for day in 1..=10 {
+        let at = chrono::Utc::now() - chrono::Duration::days(20 - day);
+        let m = memory(org, &format!("billing-api note {day}")).embedding(axis(1)).created_at(at).insert(&db).await;
+        neighbours.push(m.id);
+    }
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let service = store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    for id in std::iter::once(direct.id).chain(neighbours.iter().copied()) {
+        store::entities::add_mention(&mut *tx, org, service, id).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let query = "E5003";
+    let r = retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))), None);
+    let mut req = search(org, query, Strategy::Keyword);
+    req.include_graph = true;
+    req.max_results = 3;
+    let hits = r.search(req).await.unwrap().hits;
+    let graph: Vec<Uuid> = hits.iter().filter(|h| h.match_kind == MatchKind::Graph).map(|h| h.memory.id).collect();
+    assert_eq!(graph.len(), 2);
+    assert!(graph.iter().all(|id| neighbours[7..].contains(id)), "the newest three were followed: {graph:?}");
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn keyword_ranking_prefers_rare_terms_and_statistics_follow_writes(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use memory_core::{
     config::{self, DatabaseConfig},
     db,
-    domain::Scope,
+    domain::{Scope, TrustLevel},
     ingest::Admission,
     store,
 };
@@ -58,6 +58,16 @@ enum Command {
         #[arg(long, requires = "direct")]
         activate: bool,
     },
+    /// The producers: which SQS senders may write into an organisation, claiming at most which trust.
+    Producers {
+        #[command(subcommand)]
+        command: ProducersCommand,
+    },
+    /// The lifecycle decisions held for a person (a rule forbade them, or a rule decided in place of a job).
+    Review {
+        #[arg(long)]
+        org: Uuid,
+    },
     /// The worker queues.
     Jobs {
         #[command(subcommand)]
@@ -69,8 +79,8 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         wait: i32,
     },
-    /// Run a scheduled task here, as its schedule would: outbox-sweep, file-scan (the daily fan-out),
-    /// ann-indexes or migrate.
+    /// Run a scheduled task here, as its schedule would: outbox-sweep, lifecycle-sweep, prune, file-scan (the
+    /// daily fan-out), ann-indexes or migrate.
     Schedule { task: String },
     /// Load the demo corpus (two organisations) through the ingest path unless it is already there.
     SeedDemo,
@@ -116,9 +126,48 @@ enum TaxonomyCommand {
 }
 
 #[derive(Subcommand)]
+enum ProducersCommand {
+    /// Let a sender (an IAM principal's id, as SQS reports it in `SenderId`) write into the organisation.
+    Add {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        sender: String,
+        /// The highest trust its messages may claim: verified, unverified or untrusted.
+        #[arg(long, default_value = "unverified")]
+        max_trust: TrustLevel,
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Withdraw a sender's grant.
+    Remove {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        sender: String,
+    },
+    /// The organisation's producers.
+    List {
+        #[arg(long)]
+        org: Uuid,
+    },
+}
+
+#[derive(Subcommand)]
 enum JobsCommand {
-    /// Queue depths, dead-letter counts, and what waits in the outboxes.
+    /// Queue depths, dead-letter counts, what waits in the outboxes, held decisions and undecided candidates.
     Status,
+    /// The messages on the dead-letter queues (of one job's queue with --job), with their receive counts.
+    Dead {
+        /// A job's worker: ingest, dedup, contradiction, synthesis or file-scan.
+        #[arg(long)]
+        job: Option<String>,
+    },
+    /// Sends the dead-letter queues' messages back to their queues to be tried again.
+    Redrive {
+        #[arg(long)]
+        job: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -157,7 +206,46 @@ async fn main() -> anyhow::Result<()> {
                 operate::send_batches(&batches).await?;
             }
         }
+        Command::Producers { command } => {
+            let pool = admin_pool()?;
+            let org = match &command {
+                ProducersCommand::Add { org, .. }
+                | ProducersCommand::Remove { org, .. }
+                | ProducersCommand::List { org } => *org,
+            };
+            let mut tx = store::begin_for_org(&pool, org).await?;
+            match command {
+                ProducersCommand::Add { sender, max_trust, name, .. } => {
+                    let producer = store::producers::Producer { sender_id: sender, name, max_trust };
+                    store::producers::upsert(&mut *tx, org, &producer).await?;
+                }
+                ProducersCommand::Remove { sender, .. } => {
+                    if !store::producers::remove(&mut *tx, org, &sender).await? {
+                        anyhow::bail!("{sender} is not a producer of {org}");
+                    }
+                }
+                ProducersCommand::List { .. } => {
+                    for p in store::producers::list(&mut *tx, org).await? {
+                        println!("{} {} (at most {})", p.sender_id, p.name, p.max_trust);
+                    }
+                }
+            }
+            tx.commit().await?;
+        }
+        Command::Review { org } => {
+            let pool = admin_pool()?;
+            let mut tx = store::begin_for_org(&pool, org).await?;
+            for held in store::review::pending(&mut *tx, org).await? {
+                println!(
+                    "{} {} {} (because of {}): {}",
+                    held.job, held.action, held.memory_id, held.other_memory_id, held.reason
+                );
+            }
+            tx.commit().await?;
+        }
         Command::Jobs { command: JobsCommand::Status } => operate::jobs_status(&admin_pool()?).await?,
+        Command::Jobs { command: JobsCommand::Dead { job } } => operate::dead_letters(job.as_deref(), false).await?,
+        Command::Jobs { command: JobsCommand::Redrive { job } } => operate::dead_letters(job.as_deref(), true).await?,
         Command::Events { wait } => {
             let printed = operate::watch_events(wait).await?;
             eprintln!("{printed} events");

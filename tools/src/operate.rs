@@ -2,6 +2,7 @@
 
 use std::{io::BufRead, path::Path, sync::Arc};
 
+use aws_edge::dead_letters;
 use memory_core::{
     domain::Scope,
     embed::MiniLm,
@@ -133,14 +134,13 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
             .queue_url(&url)
             .attribute_names(A::ApproximateNumberOfMessages)
             .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .attribute_names(A::RedrivePolicy)
             .send()
             .await?
             .attributes
             .unwrap_or_default();
         let number = |a: &A| attributes.get(a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        let dead = match attributes.get(&A::RedrivePolicy) {
-            Some(policy) => dead_letters(&sqs, policy).await?,
+        let dead = match dead_letters::queue_of(&sqs, &url).await? {
+            Some(dead) => queue_depth(&sqs, &dead).await?,
             None => 0,
         };
         println!(
@@ -152,24 +152,25 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
         );
     }
     // Per organisation, under its own setting: the owner need not bypass row-level security.
-    let (mut jobs, mut events) = (0, 0);
+    let (mut jobs, mut events, mut held, mut undecided) = (0, 0, 0, 0);
+    let waited = chrono::TimeDelta::minutes(15);
     for org in store::outbox::organizations(pool).await? {
         let mut tx = store::begin_for_org(pool, org).await?;
         jobs += store::jobs::unsent_counts(&mut *tx, org).await?.iter().map(|(_, n)| n).sum::<i64>();
         events += store::outbox::unpublished_count(&mut *tx, org).await?;
+        held += store::review::pending(&mut *tx, org).await?.len();
+        undecided += store::memories::undecided_candidates(&mut *tx, org, waited, i64::MAX).await?.len();
         tx.commit().await?;
     }
     println!("outbox: {jobs} jobs not sent, {events} events not published");
+    println!(
+        "held for review: {held} decisions (memory-admin review --org ...); candidates undecided after 15 min: {undecided}"
+    );
     Ok(())
 }
 
-/// Messages on the dead-letter queue named by a redrive policy.
-async fn dead_letters(sqs: &aws_sdk_sqs::Client, policy: &str) -> anyhow::Result<u64> {
-    let policy: serde_json::Value = serde_json::from_str(policy)?;
-    let Some(name) = policy["deadLetterTargetArn"].as_str().and_then(|arn| arn.rsplit(':').next()) else {
-        return Ok(0);
-    };
-    let url = sqs.get_queue_url().queue_name(name).send().await?.queue_url.unwrap_or_default();
+/// Messages waiting on a queue.
+async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<u64> {
     let attributes = sqs
         .get_queue_attributes()
         .queue_url(url)
@@ -182,6 +183,36 @@ async fn dead_letters(sqs: &aws_sdk_sqs::Client, policy: &str) -> anyhow::Result
         .get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0))
+}
+
+/// Lists (or, with `redrive`, sends back) the messages on the dead-letter queues of every job's queue, or of one
+/// job's (named by its worker: ingest, dedup, ...).
+pub async fn dead_letters(job: Option<&str>, redrive: bool) -> anyhow::Result<()> {
+    let jobs: Vec<JobType> = match job {
+        Some(name) => {
+            vec![JobType::ALL.into_iter().find(|j| j.function() == name || j.as_str() == name).ok_or_else(|| {
+                anyhow::anyhow!("no job {name:?}: ingest, dedup, contradiction, synthesis or file-scan")
+            })?]
+        }
+        None => JobType::ALL.to_vec(),
+    };
+    let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
+    for job in jobs {
+        let url = memory_core::config::required(job.queue_variable())?;
+        let Some(dead) = dead_letters::queue_of(&sqs, &url).await? else {
+            println!("{}: no dead-letter queue", job.as_str());
+            continue;
+        };
+        if redrive {
+            println!("{}: {} messages sent back", job.as_str(), dead_letters::redrive(&sqs, &dead, &url).await?);
+            continue;
+        }
+        for message in dead_letters::list(&sqs, &dead).await? {
+            let body: String = message.body.chars().take(200).collect();
+            println!("{} {} received {}x: {body}", job.as_str(), message.message_id, message.receive_count);
+        }
+    }
+    Ok(())
 }
 
 /// Prints (and removes) the domain events the local bus copied to `MEMORY_EVENTS_WATCH_QUEUE_URL`, waiting up to

@@ -4,6 +4,8 @@
 //! - `{"task": "lifecycle_sweep"}`: queues the review of deferred dedup pairs whose memories are both active, and
 //!   promotes unchecked (recording why) candidates the contradiction check did not decide within
 //!   `MEMORY_CANDIDATE_BOUND_MINUTES` (120);
+//! - `{"task": "prune"}`: deletes published events and sent jobs after a week, batch records after the queues'
+//!   retention, and dedup pairs that can never be reviewed again;
 //! - `{"task": "file_scan"}`: the daily fan-out, one `memory_file_scan` job per organisation with file-backed
 //!   memories (per project for a large one), then sent like any job;
 //! - `{"task": "ann_indexes"}` and `{"task": "migrate"}`: database maintenance with the schema owner's
@@ -25,6 +27,7 @@ use serde::Deserialize;
 pub enum Task {
     OutboxSweep,
     LifecycleSweep,
+    Prune,
     FileScan,
     AnnIndexes {
         #[serde(default = "default_min_memories")]
@@ -55,6 +58,13 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
                 "reviews_queued": report.reviews_queued,
                 "promoted_unchecked": report.promoted_unchecked,
                 "sent": sent.published,
+            })
+        }
+        Task::Prune => {
+            let (pool, _) = app.ok_or_else(|| anyhow::anyhow!("prune needs MEMORY_DATABASE_URL"))?;
+            let report = sweep::prune(pool).await?;
+            serde_json::json!({
+                "events": report.events, "jobs": report.jobs, "batches": report.batches, "pairs": report.pairs,
             })
         }
         Task::FileScan => {

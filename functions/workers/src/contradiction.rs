@@ -3,12 +3,14 @@
 
 use memory_core::{jobs::ContradictionCheckJob, lifecycle::contradiction::ContradictionDetector};
 
+use aws_edge::sqs::{Delivery, JobHandler};
+
 use crate::Worker;
 
-impl aws_edge::sqs::JobHandler for Worker<ContradictionDetector> {
+impl JobHandler for Worker<ContradictionDetector> {
     type Job = ContradictionCheckJob;
 
-    async fn handle(&self, job: ContradictionCheckJob) -> anyhow::Result<()> {
+    async fn handle(&self, job: ContradictionCheckJob, _: &Delivery) -> anyhow::Result<()> {
         self.service.check(&self.pool, job.organization_id, job.memory_id).await?;
         Ok(())
     }

@@ -5,15 +5,17 @@ use memory_core::{
     lifecycle::dedup::{DedupPair, Deduper},
 };
 
+use aws_edge::sqs::{Delivery, JobHandler};
+
 use crate::Worker;
 
 /// Model calls one `memory_dedup_review` message without pairs may spend on deferred pairs.
 const DEFERRED_CALLS_PER_MESSAGE: usize = 5;
 
-impl aws_edge::sqs::JobHandler for Worker<Deduper> {
+impl JobHandler for Worker<Deduper> {
     type Job = DedupReviewJob;
 
-    async fn handle(&self, job: DedupReviewJob) -> anyhow::Result<()> {
+    async fn handle(&self, job: DedupReviewJob, _: &Delivery) -> anyhow::Result<()> {
         if job.pairs.is_empty() {
             // One message drains up to five model calls' worth of deferred pairs; what is left waits for the next.
             for _ in 0..DEFERRED_CALLS_PER_MESSAGE {

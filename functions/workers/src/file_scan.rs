@@ -11,6 +11,8 @@ use memory_core::{
     services::Services,
 };
 
+use aws_edge::sqs::{Delivery, JobHandler};
+
 use crate::Worker;
 
 /// The scanner the environment configures.
@@ -20,10 +22,10 @@ pub fn scanner(services: &Services) -> anyhow::Result<FileScanner> {
     Ok(FileScanner::new(reader, Some(services.embedder.clone())).with_timeout(services.worker_model_timeout))
 }
 
-impl aws_edge::sqs::JobHandler for Worker<FileScanner> {
+impl JobHandler for Worker<FileScanner> {
     type Job = FileScanJob;
 
-    async fn handle(&self, job: FileScanJob) -> anyhow::Result<()> {
+    async fn handle(&self, job: FileScanJob, _: &Delivery) -> anyhow::Result<()> {
         let report = self.service.scan_project(&self.pool, job.organization_id, job.project_id).await?;
         tracing::info!(organization_id = %job.organization_id, ?report, "file scan finished");
         Ok(())

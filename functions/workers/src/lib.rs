@@ -10,7 +10,7 @@ pub mod synthesis;
 use aws_edge::sqs::{Lambda, Runner};
 use memory_core::{
     db::PgPool,
-    ingest::Ingestor,
+    ingest::{Ingestor, Producers},
     jobs::JobType,
     lifecycle::{contradiction::ContradictionDetector, dedup::Deduper, synthesis::EntitySynthesizer},
     services::Services,
@@ -34,8 +34,11 @@ pub fn serve<R: Runner>(job: JobType, services: &Services, runner: R) -> anyhow:
     let pool = services.pool.clone();
     Ok(match job {
         JobType::MemoryIngest => {
-            let ingestor = Ingestor::new(pool.clone(), services.embedder.clone());
-            runner.run(Worker::new(pool, ingestor.with_timeout(services.worker_model_timeout)))
+            let producers = memory_core::config::parsed_or("MEMORY_PRODUCERS", Producers::Registered)?;
+            let ingestor = Ingestor::new(pool.clone(), services.embedder.clone())
+                .with_timeout(services.worker_model_timeout)
+                .with_producers(producers);
+            runner.run(Worker::new(pool, ingestor))
         }
         JobType::MemoryDedupReview => runner.run(Worker::new(pool, Deduper::with_models(services.job_models()?))),
         JobType::MemoryContradictionCheck => {

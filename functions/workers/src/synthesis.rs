@@ -2,12 +2,14 @@
 
 use memory_core::{jobs::EntitySynthesisJob, lifecycle::synthesis::EntitySynthesizer};
 
+use aws_edge::sqs::{Delivery, JobHandler};
+
 use crate::Worker;
 
-impl aws_edge::sqs::JobHandler for Worker<EntitySynthesizer> {
+impl JobHandler for Worker<EntitySynthesizer> {
     type Job = EntitySynthesisJob;
 
-    async fn handle(&self, job: EntitySynthesisJob) -> anyhow::Result<()> {
+    async fn handle(&self, job: EntitySynthesisJob, _: &Delivery) -> anyhow::Result<()> {
         if job.force {
             self.service.synthesize_profile(&self.pool, job.organization_id, job.entity_id).await?;
         } else {

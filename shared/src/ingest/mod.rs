@@ -69,14 +69,36 @@ pub enum Admission {
     Active,
 }
 
+/// Whose messages are ingested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Producers {
+    /// Only a sender registered for the message's organisation (`memory_producer`), and only what its grant allows
+    /// it to claim (`MEMORY_PRODUCERS=registered`, what the ingest function runs).
+    Registered,
+    /// Whoever delivered the message (an operator's own import, tests).
+    Any,
+}
+
+impl std::str::FromStr for Producers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "registered" => Ok(Self::Registered),
+            "any" => Ok(Self::Any),
+            other => Err(format!("expected registered or any, not {other:?}")),
+        }
+    }
+}
+
 pub struct Ingestor {
     pool: PgPool,
     embedder: Arc<dyn Embedder>,
     timeout: Duration,
+    producers: Producers,
 }
 
 /// A checked memory, ready to write.
-struct Checked {
+pub(crate) struct Checked {
     new: NewMemory,
     taxonomy: Vec<Vec<String>>,
     entities: Vec<(String, String)>,
@@ -84,7 +106,38 @@ struct Checked {
 
 impl Ingestor {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>) -> Self {
-        Self { pool, embedder, timeout: DEFAULT_WORKER_MODEL_TIMEOUT }
+        Self { pool, embedder, timeout: DEFAULT_WORKER_MODEL_TIMEOUT, producers: Producers::Any }
+    }
+
+    /// Checks senders against the producer registry (or not).
+    pub fn with_producers(mut self, producers: Producers) -> Self {
+        self.producers = producers;
+        self
+    }
+
+    /// Ingests a batch delivered by `sender` (the SQS `SenderId`) as candidates, if the registry lets the sender
+    /// write it: a sender without a grant for the batch's organisation, or claiming more trust than its grant,
+    /// is refused with the reason, and nothing is written.
+    pub async fn ingest_delivered(&self, batch: &IngestBatch, sender: Option<&str>) -> crate::Result<IngestReceipt> {
+        if self.producers == Producers::Registered {
+            let org = batch.organization_id;
+            let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;
+            let mut tx = store::begin_for_org(&self.pool, org).await?;
+            let grant = store::producers::grant(&mut *tx, org, sender).await?;
+            tx.commit().await?;
+            let max_trust = grant.ok_or_else(|| {
+                crate::Error::Forbidden(format!("sender {sender} is not registered to write to organisation {org}"))
+            })?;
+            if let Some((i, m)) = batch.memories.iter().enumerate().find(|(_, m)| {
+                crate::domain::readership::forbids_trust(max_trust, m.provenance.trust_level, "claim").is_some()
+            }) {
+                return Err(crate::Error::Forbidden(format!(
+                    "memory {i} claims {} trust; sender {sender} may claim at most {max_trust}",
+                    m.provenance.trust_level
+                )));
+            }
+        }
+        self.ingest(batch, Admission::Candidate).await
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -206,7 +259,7 @@ fn replayed(memory_ids: Vec<Uuid>) -> IngestReceipt {
 }
 
 /// Checks every memory of the batch; the first problem refuses the whole batch.
-fn check(batch: &IngestBatch) -> crate::Result<Vec<Checked>> {
+pub(crate) fn check(batch: &IngestBatch) -> crate::Result<Vec<Checked>> {
     let refuse = |message: String| Err(crate::Error::validation(message));
     if batch.version != VERSION {
         return refuse(format!("unsupported ingest message version {} (this service reads {VERSION})", batch.version));

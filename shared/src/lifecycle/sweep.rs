@@ -2,7 +2,9 @@
 //! undone is done here. Deferred dedup pairs whose memories are both active get a review queued (promotion and
 //! merges queue theirs as they happen), and a candidate that the contradiction check has not decided within the
 //! bound (its check failed until it dead-lettered, say) is promoted unchecked by rule, with the reason held for a
-//! person in `memory_held_decision`.
+//! person in `memory_held_decision`. [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published
+//! events and sent jobs after a week, batch records after the queues' retention, and dedup pairs that can never be
+//! reviewed again.
 
 use chrono::TimeDelta;
 use sqlx::PgPool;
@@ -81,4 +83,37 @@ async fn promote_undecided(
         promoted += 1;
     }
     Ok(promoted)
+}
+
+/// How long published events and sent jobs are kept.
+pub const OUTBOX_RETENTION: TimeDelta = TimeDelta::days(7);
+/// How long a batch record is kept: longer than SQS keeps a message (14 days at most), so any redelivery finds it.
+pub const BATCH_RETENTION: TimeDelta = TimeDelta::days(15);
+/// How long a settled dedup pair is kept after its decision.
+pub const PAIR_RETENTION: TimeDelta = TimeDelta::days(1);
+
+/// What one prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    pub events: u64,
+    pub jobs: u64,
+    pub batches: u64,
+    pub pairs: u64,
+}
+
+/// Deletes, organisation by organisation, what is kept no longer: events published and jobs sent more than
+/// [`OUTBOX_RETENTION`] ago, batch records older than [`BATCH_RETENTION`], and dedup pairs one of whose memories is
+/// no longer current, settled more than [`PAIR_RETENTION`] ago.
+pub async fn prune(pool: &PgPool) -> crate::Result<PruneReport> {
+    let now = chrono::Utc::now();
+    let mut report = PruneReport::default();
+    for organization_id in store::outbox::organizations(pool).await? {
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        report.events += store::outbox::prune_published(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
+        report.jobs += store::jobs::prune_sent(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
+        report.batches += store::ingest::prune_batches(&mut *tx, organization_id, now - BATCH_RETENTION).await?;
+        report.pairs += store::dedup::prune_settled(&mut *tx, organization_id, now - PAIR_RETENTION).await?;
+        tx.commit().await?;
+    }
+    Ok(report)
 }

@@ -129,6 +129,45 @@ mod tests {
         assert!(TokenKey::from_secret(b"short").is_err());
     }
 
+    proptest::proptest! {
+        /// Any session's entries come back from its own token (the newest hundred), and no other organisation,
+        /// agent or session opens it.
+        #[test]
+        fn a_token_round_trips_and_opens_for_no_other_session(
+            org in proptest::array::uniform16(proptest::prelude::any::<u8>()),
+            agent in proptest::option::of(proptest::array::uniform16(proptest::prelude::any::<u8>())),
+            session_id in ".{0,128}",
+            other_id in ".{0,128}",
+            turns in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..150),
+        ) {
+            let key = TokenKey::from_secret(b"a cooldown key of at least 32 bytes!").unwrap();
+            let s = session(Uuid::from_bytes(org), agent.map(Uuid::from_bytes), &session_id);
+            let entries: Vec<(Uuid, u32)> = turns.iter().map(|turn| (Uuid::new_v4(), *turn)).collect();
+            let token = encode(&key, &s, &entries);
+            let opened = decode(&key, &s, &token).unwrap();
+            proptest::prop_assert_eq!(opened.len(), entries.len().min(MAX_TOKEN_ENTRIES));
+            proptest::prop_assert!(opened.iter().all(|e| entries.contains(e)));
+            let newest_left_out = entries.iter().filter(|e| !opened.contains(e)).map(|(_, t)| *t).max();
+            let oldest_kept = opened.iter().map(|(_, t)| *t).min();
+            if let (Some(left_out), Some(kept)) = (newest_left_out, oldest_kept) {
+                proptest::prop_assert!(left_out <= kept, "a newer entry was dropped for an older one");
+            }
+            let mut others = vec![
+                session(Uuid::new_v4(), s.agent_id, &session_id),
+                session(s.organization_id, Some(Uuid::new_v4()), &session_id),
+            ];
+            if s.agent_id.is_some() {
+                others.push(session(s.organization_id, None, &session_id));
+            }
+            if other_id != session_id {
+                others.push(session(s.organization_id, s.agent_id, &other_id));
+            }
+            for other in others {
+                proptest::prop_assert_eq!(decode(&key, &other, &token), None, "{:?}", other);
+            }
+        }
+    }
+
     #[test]
     fn a_token_keeps_the_newest_entries_and_stays_small() {
         let key = TokenKey::random();

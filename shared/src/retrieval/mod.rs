@@ -130,7 +130,7 @@ impl Retriever {
     pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
         let scope =
             ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
-        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
         tx.commit().await?;
         memory.ok_or(crate::Error::NotFound { kind: "memory", id })
@@ -146,7 +146,7 @@ impl Retriever {
     ) -> crate::Result<Vec<Memory>> {
         let scope =
             ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
-        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let chain = crate::lifecycle::supersession::chain(&mut tx, &scope, id).await?;
         tx.commit().await?;
         Ok(chain)

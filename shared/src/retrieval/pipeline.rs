@@ -234,7 +234,7 @@ impl Retriever {
         if profiled.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = store::begin_for_org(&self.pool, scope.organization_id()).await?;
+        let mut tx = store::begin_read(&self.pool, scope.organization_id(), self.config.read_budget_ms).await?;
         let profiles = store::entities::profiles_for(&mut tx, scope, profiled).await?;
         tx.commit().await?;
         Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())

@@ -42,7 +42,7 @@ impl Retriever {
         let mut degraded = Vec::new();
 
         let mut hits = if request.strategy == Strategy::Metadata {
-            let mut tx = store::begin_for_org(&self.pool, request.organization_id).await?;
+            let mut tx = store::begin_read(&self.pool, request.organization_id, self.config.read_budget_ms).await?;
             let rows = store::branches::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
             tx.commit().await?;
             rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
@@ -90,7 +90,7 @@ impl Retriever {
         degraded: &mut Vec<String>,
     ) {
         let result: crate::Result<()> = async {
-            let mut tx = store::begin_for_org(&self.pool, scope.organization_id()).await?;
+            let mut tx = store::begin_read(&self.pool, scope.organization_id(), self.config.read_budget_ms).await?;
             let mut score_of: HashMap<Uuid, f64> = hits.iter().map(|h| (h.memory.id, h.score)).collect();
             let mut frontier: Vec<Uuid> = hits.iter().take(GRAPH_SEEDS).map(|h| h.memory.id).collect();
             for hop in 1..=MAX_HOPS {

@@ -33,6 +33,9 @@ pub struct RetrievalConfig {
     pub embedding_budget_ms: u64,
     pub vector_budget_ms: u64,
     pub keyword_budget_ms: u64,
+    /// Statement and lock timeout of a request's other reads: by id, chains, metadata search, graph expansion,
+    /// entity profiles (`MEMORY_READ_BUDGET_MS`).
+    pub read_budget_ms: u64,
     /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
     pub bm25: Bm25,
 }
@@ -51,6 +54,7 @@ impl Default for RetrievalConfig {
             embedding_budget_ms: 2_000,
             vector_budget_ms: 2_000,
             keyword_budget_ms: 2_000,
+            read_budget_ms: 2_000,
             bm25: Bm25::default(),
         }
     }
@@ -82,6 +86,7 @@ impl RetrievalConfig {
             embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
             vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
             keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
+            read_budget_ms: parsed_or("MEMORY_READ_BUDGET_MS", d.read_budget_ms)?,
             bm25: Bm25 {
                 k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
                 b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,

@@ -290,7 +290,7 @@ pub struct GraphNeighbour {
     pub candidate: CandidateRow,
 }
 
-/// One hop of graph expansion: readable memories sharing an entity mention with any of `seeds`.
+/// One hop of graph expansion: readable memories sharing an entity mention with any of `seeds`, the newest first.
 pub async fn entity_neighbours(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
@@ -299,7 +299,8 @@ pub async fn entity_neighbours(
     query: Option<&Vector>,
     rows: usize,
 ) -> sqlx::Result<Vec<GraphNeighbour>> {
-    let mut qb = QueryBuilder::new("SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
+    // The inner DISTINCT ON keeps one row per memory; the outer order keeps the newest neighbours.
+    let mut qb = QueryBuilder::new("SELECT * FROM (SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
     qb.push(MEMORY_COLUMNS).push(", ");
     CandidateExtras::NONE.push_sql(&mut qb);
     qb.push("1 - (m.embedding <=> ");
@@ -320,6 +321,6 @@ pub async fn entity_neighbours(
         .push(")) AND ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
-    qb.push(" ORDER BY m.id, e1.memory_id LIMIT ").push_bind(rows as i64);
+    qb.push(" ORDER BY m.id, e1.memory_id) n ORDER BY n.created_at DESC, n.id LIMIT ").push_bind(rows as i64);
     qb.build_query_as().fetch_all(conn).await
 }

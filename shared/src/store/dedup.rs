@@ -180,3 +180,22 @@ pub async fn carry_deferred(
     .await
     .map(|r| r.rows_affected())
 }
+
+/// Deletes the organisation's pairs that can never be reviewed again, one of whose memories is no longer current
+/// (superseded or archived: no new pair can name it), recorded before `before`; returns how many.
+pub async fn prune_settled(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    before: chrono::DateTime<chrono::Utc>,
+) -> sqlx::Result<u64> {
+    sqlx::query(
+        "DELETE FROM memory_dedup_pair p WHERE p.organization_id = $1 AND coalesce(p.reviewed_at, p.created_at) < $2 \
+         AND EXISTS (SELECT 1 FROM memory m WHERE m.organization_id = p.organization_id \
+                     AND m.id IN (p.memory_a_id, p.memory_b_id) AND m.status IN ('superseded', 'archived'))",
+    )
+    .bind(organization_id)
+    .bind(before)
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}

@@ -148,3 +148,18 @@ pub async fn near_duplicates(
         .push_bind(min_cosine);
     qb.build_query_as().fetch_all(conn).await
 }
+
+/// Deletes the organisation's batch records written before `before` (a redelivery can come no later than the
+/// queue's retention); returns how many.
+pub async fn prune_batches(
+    executor: impl sqlx::PgExecutor<'_>,
+    organization_id: Uuid,
+    before: chrono::DateTime<chrono::Utc>,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM memory_ingest_batch WHERE organization_id = $1 AND created_at < $2")
+        .bind(organization_id)
+        .bind(before)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
+}

@@ -81,3 +81,17 @@ pub async fn has_unsent(executor: impl PgExecutor<'_>, organization_id: Uuid, jo
     .fetch_one(executor)
     .await
 }
+
+/// Deletes the organisation's jobs sent before `before`; returns how many.
+pub async fn prune_sent(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    before: chrono::DateTime<chrono::Utc>,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM memory_job_outbox WHERE organization_id = $1 AND sent_at < $2")
+        .bind(organization_id)
+        .bind(before)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
+}

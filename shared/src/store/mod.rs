@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod memories;
 pub mod outbox;
 mod predicates;
+pub mod producers;
 pub mod review;
 pub mod taxonomy;
 pub mod transitions;
@@ -52,6 +53,19 @@ fn settings_sql(organization_id: Uuid, settings: &[(&str, String)]) -> String {
 /// A setting's value as an SQL literal.
 fn literal(value: impl std::fmt::Display) -> String {
     format!("'{value}'")
+}
+
+/// Like [`begin_for_org`], for a read on a request's path (by id, chain, metadata, graph expansion, profiles): its
+/// statements give up after `statement_timeout_ms`, so a slow read fails the request quickly instead of holding it
+/// for the role's 30 s.
+pub async fn begin_read(
+    pool: &PgPool,
+    organization_id: Uuid,
+    statement_timeout_ms: u64,
+) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let settings =
+        [("statement_timeout", literal(statement_timeout_ms)), ("lock_timeout", literal(statement_timeout_ms))];
+    begin_with_settings(pool, organization_id, &settings).await
 }
 
 /// Like [`begin_for_org`], for the outbox relay, which holds its claimed rows while the bus or a queue answers:

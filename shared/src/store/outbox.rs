@@ -102,3 +102,17 @@ pub async fn next_to_sweep(executor: impl PgExecutor<'_>, limit: i64) -> sqlx::R
     .fetch_all(executor)
     .await
 }
+
+/// Deletes the organisation's events published before `before`; returns how many.
+pub async fn prune_published(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    before: DateTime<Utc>,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM domain_event_outbox WHERE organization_id = $1 AND published_at < $2")
+        .bind(organization_id)
+        .bind(before)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
+}

@@ -80,6 +80,7 @@ async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, 
             .max_number_of_messages(10)
             .wait_time_seconds(5)
             .visibility_timeout(VISIBILITY_SECONDS)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
             .send()
             .await;
         let messages = match received {
@@ -101,6 +102,10 @@ async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, 
                 record.message_id = m.message_id.clone();
                 record.receipt_handle = m.receipt_handle.clone();
                 record.body = m.body.clone();
+                // As Lambda's event carries it: who sent the message.
+                for (name, value) in m.attributes().into_iter().flatten() {
+                    record.attributes.insert(name.as_str().to_string(), value.clone());
+                }
                 record
             })
             .collect();

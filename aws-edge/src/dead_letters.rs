@@ -1,0 +1,106 @@
+//! Dead-letter queues: the messages a worker failed until SQS gave up on them, listed with why they are there
+//! (their bodies and receive counts), and sent back to their queue to be tried again once the cause is fixed.
+
+use aws_sdk_sqs::{Client, types::MessageSystemAttributeName, types::QueueAttributeName};
+
+/// Seconds a message read by a listing or a redrive stays hidden from other readers while it is handled.
+const LISTING_VISIBILITY: i32 = 30;
+
+/// A message on a dead-letter queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    pub message_id: String,
+    /// How often a worker received it before SQS moved it here.
+    pub receive_count: u32,
+    pub body: String,
+}
+
+/// The URL of the dead-letter queue of `queue_url` (from its redrive policy), if it has one.
+pub async fn queue_of(sqs: &Client, queue_url: &str) -> anyhow::Result<Option<String>> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::RedrivePolicy)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    let Some(policy) = attributes.get(&QueueAttributeName::RedrivePolicy) else { return Ok(None) };
+    let policy: serde_json::Value = serde_json::from_str(policy)?;
+    let Some(name) = policy["deadLetterTargetArn"].as_str().and_then(|arn| arn.rsplit(':').next()) else {
+        return Ok(None);
+    };
+    Ok(sqs.get_queue_url().queue_name(name).send().await?.queue_url)
+}
+
+/// Every message on the dead-letter queue; each is visible again once listed.
+pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<DeadLetter>> {
+    let mut listed: Vec<DeadLetter> = Vec::new();
+    let mut handles: Vec<String> = Vec::new();
+    loop {
+        let messages = sqs
+            .receive_message()
+            .queue_url(dead_letter_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(LISTING_VISIBILITY)
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await?
+            .messages
+            .unwrap_or_default();
+        handles.extend(messages.iter().filter_map(|m| m.receipt_handle.clone()));
+        let fresh: Vec<DeadLetter> = messages
+            .into_iter()
+            .map(|m| DeadLetter {
+                receive_count: m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+                message_id: m.message_id.unwrap_or_default(),
+                body: m.body.unwrap_or_default(),
+            })
+            .filter(|m| !listed.iter().any(|l| l.message_id == m.message_id))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        listed.extend(fresh);
+    }
+    for handle in handles {
+        sqs.change_message_visibility()
+            .queue_url(dead_letter_url)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await?;
+    }
+    Ok(listed)
+}
+
+/// Moves every message of the dead-letter queue back to `queue_url` (sent, then deleted from the dead-letter
+/// queue, so a failure in between leaves a copy rather than losing it); returns how many moved.
+pub async fn redrive(sqs: &Client, dead_letter_url: &str, queue_url: &str) -> anyhow::Result<usize> {
+    let mut moved = 0;
+    loop {
+        let messages = sqs
+            .receive_message()
+            .queue_url(dead_letter_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(LISTING_VISIBILITY)
+            .send()
+            .await?
+            .messages
+            .unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(moved);
+        }
+        for message in messages {
+            sqs.send_message().queue_url(queue_url).message_body(message.body().unwrap_or_default()).send().await?;
+            if let Some(handle) = message.receipt_handle() {
+                sqs.delete_message().queue_url(dead_letter_url).receipt_handle(handle).send().await?;
+            }
+            moved += 1;
+        }
+    }
+}

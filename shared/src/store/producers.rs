@@ -1,0 +1,62 @@
+//! `memory_producer`: the senders allowed to write into an organisation, and the highest trust each may claim.
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::domain::TrustLevel;
+
+/// A sender's grant in one organisation.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Producer {
+    pub sender_id: String,
+    pub name: String,
+    pub max_trust: TrustLevel,
+}
+
+/// The highest trust `sender_id` may claim in the organisation; None when it may not write there.
+pub async fn grant(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    sender_id: &str,
+) -> sqlx::Result<Option<TrustLevel>> {
+    sqlx::query_scalar("SELECT max_trust FROM memory_producer WHERE organization_id = $1 AND sender_id = $2")
+        .bind(organization_id)
+        .bind(sender_id)
+        .fetch_optional(executor)
+        .await
+}
+
+/// Grants (or changes the grant of) a sender in the organisation.
+pub async fn upsert(executor: impl PgExecutor<'_>, organization_id: Uuid, producer: &Producer) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO memory_producer (organization_id, sender_id, name, max_trust) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (organization_id, sender_id) DO UPDATE SET name = EXCLUDED.name, max_trust = EXCLUDED.max_trust",
+    )
+    .bind(organization_id)
+    .bind(&producer.sender_id)
+    .bind(&producer.name)
+    .bind(producer.max_trust)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// Withdraws a sender's grant; false when it had none.
+pub async fn remove(executor: impl PgExecutor<'_>, organization_id: Uuid, sender_id: &str) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM memory_producer WHERE organization_id = $1 AND sender_id = $2")
+        .bind(organization_id)
+        .bind(sender_id)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected() == 1)
+}
+
+/// The organisation's producers, by sender.
+pub async fn list(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Producer>> {
+    sqlx::query_as(
+        "SELECT sender_id, name, max_trust FROM memory_producer WHERE organization_id = $1 ORDER BY sender_id",
+    )
+    .bind(organization_id)
+    .fetch_all(executor)
+    .await
+}
