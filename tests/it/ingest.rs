@@ -309,6 +309,9 @@ async fn a_message_with_a_bad_memory_is_reported_failed_and_writes_nothing(
     from_the_future["created_at"] = json!(chrono::Utc::now() + chrono::Duration::days(1));
     let mut long_entity = turn("a fact");
     long_entity["entities"] = json!([{"name": "x".repeat(3000), "kind": "service"}]);
+    let mut org_wide_file = turn("a fact");
+    org_wide_file["file_path"] = json!("README.md");
+    org_wide_file["project_id"] = json!(Uuid::now_v7());
     let mut long_node = turn("a fact");
     long_node["taxonomy"] = json!([format!("workflow/{}", "y".repeat(3000))]);
     let cases = [
@@ -318,6 +321,7 @@ async fn a_message_with_a_bad_memory_is_reported_failed_and_writes_nothing(
         ("from-the-future", vec![turn("a fact"), from_the_future]),
         ("long-entity-name", vec![turn("a fact"), long_entity]),
         ("long-taxonomy-name", vec![turn("a fact"), long_node]),
+        ("org-wide-file", vec![turn("a fact"), org_wide_file]),
     ];
     let mut event = SqsEvent::default();
     for (id, memories) in &cases {

@@ -360,7 +360,7 @@ async fn every_lifecycle_path_writes_exactly_its_outbox_events_and_none_for_a_no
     detector.check(&db.app, org, lone.id).await.unwrap();
     assert_eq!(outbox_counts(&db, org).await, events(&[("memory.confidence_changed", 2), ("memory.promoted", 2)]));
 
-    // File scan: unchanged files write nothing, a deleted file archives, a changed one replaces.
+    // File scan: unchanged and changed files write no event, a file missing past the grace period archives.
     let org = Uuid::now_v7();
     let project = Uuid::now_v7();
     let root = std::env::temp_dir().join(format!("events-{}", Uuid::now_v7()));
@@ -374,12 +374,16 @@ async fn every_lifecycle_path_writes_exactly_its_outbox_events_and_none_for_a_no
         m.new.content_hash = Some(content_hash(content.as_bytes()));
         m.insert(&db).await;
     }
-    let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)), None);
+    let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)));
     scanner.scan(&db.app, org).await.unwrap();
-    let after_first = events(&[("memory.archived", 1), ("memory.created", 1), ("memory.superseded", 1)]);
-    assert_eq!(outbox_counts(&db, org).await, after_first);
-    scanner.scan(&db.app, org).await.unwrap();
-    assert_eq!(outbox_counts(&db, org).await, after_first);
+    // A changed or missing file only marks its memory; archiving after the grace period is the one state change.
+    assert_eq!(outbox_counts(&db, org).await, events(&[]));
+    let no_grace =
+        FileScanner::new(Arc::new(DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
+    no_grace.scan(&db.app, org).await.unwrap();
+    assert_eq!(outbox_counts(&db, org).await, events(&[("memory.archived", 1)]));
+    no_grace.scan(&db.app, org).await.unwrap();
+    assert_eq!(outbox_counts(&db, org).await, events(&[("memory.archived", 1)]));
     std::fs::remove_dir_all(root).unwrap();
 }
 
@@ -416,7 +420,7 @@ mod file_reader {
         scanned.push(projectless.insert(&db).await);
 
         let reader = DirectoryReader::new(&root).with_max_bytes(32);
-        let report = FileScanner::new(Arc::new(reader), None).scan(&db.app, org).await.unwrap();
+        let report = FileScanner::new(Arc::new(reader)).scan(&db.app, org).await.unwrap();
         assert_eq!((report.scanned, report.failed), (5, 5));
         for m in scanned {
             let after = reload(&db, org, m.id).await;
@@ -449,7 +453,7 @@ mod file_reader {
         m.new.content_hash = Some(content_hash(b"Deploy with make release."));
         let m = m.insert(&db).await;
         assert!(m.last_verified_at.is_none());
-        FileScanner::new(Arc::new(DirectoryReader::new(&root)), None).scan(&db.app, org).await.unwrap();
+        FileScanner::new(Arc::new(DirectoryReader::new(&root))).scan(&db.app, org).await.unwrap();
         let after = reload(&db, org, m.id).await;
         assert!(after.last_verified_at.is_some() && after.last_verified_at == after.file_last_scanned_at);
         assert!(after.file_scan_error.is_none());
@@ -524,7 +528,7 @@ mod file_baseline {
     use super::*;
 
     /// An ingested file-backed memory is usually a passage of its file: its first scan records the file's hash as
-    /// the baseline instead of replacing the passage with the whole file; a later change replaces it.
+    /// the baseline; a later change marks the passage stale and never replaces it with the whole file.
     #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
     async fn the_first_scan_of_an_ingested_file_memory_records_a_baseline(opts: PgPoolOptions, conn: PgConnectOptions) {
         let db = Db::new(opts, conn).await;
@@ -549,16 +553,18 @@ mod file_baseline {
             .unwrap()
             .memory_ids[0];
 
-        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)), None);
+        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)));
         let report = scanner.scan(&db.app, org).await.unwrap();
-        assert_eq!((report.unchanged, report.updated), (1, 0));
+        assert_eq!((report.unchanged, report.changed), (1, 0));
         let after = reload(&db, org, id).await;
         assert_eq!((after.status, after.content.as_str()), (MemoryStatus::Active, passage));
         assert!(after.content_hash.is_some() && after.last_verified_at.is_some());
 
         std::fs::write(repository.join("release.md"), "# Releases\n\nReleases are cut on Mondays.\n").unwrap();
-        assert_eq!(scanner.scan(&db.app, org).await.unwrap().updated, 1);
-        assert_eq!(reload(&db, org, id).await.status, MemoryStatus::Superseded);
+        assert_eq!(scanner.scan(&db.app, org).await.unwrap().changed, 1);
+        let after = reload(&db, org, id).await;
+        assert_eq!((after.status, after.content.as_str()), (MemoryStatus::Active, passage));
+        assert!(after.is_stale());
         std::fs::remove_dir_all(root).unwrap();
     }
 }

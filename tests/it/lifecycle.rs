@@ -288,15 +288,16 @@ mod file_scan {
 
     use integration_tests::{Db, memory};
     use memory_core::{
-        domain::{MemoryStatus, SourceKind, content_hash},
+        domain::{MemoryStatus, content_hash},
         lifecycle::file_scan::{DirectoryReader, FileScanner, ScanReport},
+        retrieval::{RetrievalMode, RetrievalRequest},
         store,
     };
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
     use uuid::Uuid;
 
     #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-    async fn changed_files_supersede_deleted_files_archive_and_every_row_is_marked_scanned(
+    async fn a_changed_file_marks_its_memory_stale_and_a_missing_one_is_archived_after_the_grace_period(
         opts: PgPoolOptions,
         conn: PgConnectOptions,
     ) {
@@ -317,34 +318,48 @@ mod file_scan {
         };
         let unchanged = file_memory("docs/deploy.md", "Deploy with make release.").insert(&db).await;
         let changed = file_memory("README.md", "Version 1 of the readme.").insert(&db).await;
-        let deleted = file_memory("docs/removed.md", "An old page.").insert(&db).await;
+        let missing = file_memory("docs/moving.md", "A page being synced.").insert(&db).await;
         memory(org, "not file backed").insert(&db).await;
+        let get = async |id| {
+            let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+            store::memories::get(&mut *tx, org, id).await.unwrap().unwrap()
+        };
 
-        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)), None);
+        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)));
         let report = scanner.scan(&db.app, org).await.unwrap();
-        assert_eq!(report, ScanReport { scanned: 3, unchanged: 1, updated: 1, archived: 1, failed: 0 });
-
-        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-        let u = store::memories::get(&mut *tx, org, unchanged.id).await.unwrap().unwrap();
-        assert_eq!(u.status, MemoryStatus::Active);
-        assert!(u.file_last_scanned_at.is_some());
-        let c = store::memories::get(&mut *tx, org, changed.id).await.unwrap().unwrap();
-        assert_eq!(c.status, MemoryStatus::Superseded);
-        assert!(c.file_last_scanned_at.is_some());
-        let replacement = store::memories::get(&mut *tx, org, c.superseded_by.unwrap()).await.unwrap().unwrap();
-        assert_eq!(replacement.content, "Version 2 of the readme.");
-        assert_eq!(replacement.content_hash.as_deref(), Some(content_hash(b"Version 2 of the readme.").as_str()));
-        assert!(replacement.file_backed && replacement.file_path.as_deref() == Some("README.md"));
-        assert_eq!((replacement.scope, replacement.project_id), (c.scope, Some(project)));
-        assert_eq!(replacement.provenance.source_kind, SourceKind::File);
-        let d = store::memories::get(&mut *tx, org, deleted.id).await.unwrap().unwrap();
-        assert_eq!(d.status, MemoryStatus::Archived);
-        assert!(d.archived_at.is_some() && d.file_last_scanned_at.is_some());
-        tx.commit().await.unwrap();
-
-        // A second scan finds only the replacement and the unchanged memory, both up to date.
-        let again = scanner.scan(&db.app, org).await.unwrap();
-        assert_eq!(again, ScanReport { scanned: 2, unchanged: 2, ..ScanReport::default() });
+        assert_eq!(report, ScanReport { scanned: 3, unchanged: 1, changed: 1, missing: 1, ..ScanReport::default() });
+        let u = get(unchanged.id).await;
+        assert!(u.status == MemoryStatus::Active && !u.is_stale() && u.file_last_scanned_at.is_some());
+        // The changed file's memory stays what it was, marked: never replaced by the whole file.
+        let c = get(changed.id).await;
+        assert_eq!((c.status, c.content.as_str()), (MemoryStatus::Active, "Version 1 of the readme."));
+        assert!(c.file_changed_at.is_some() && c.is_stale());
+        assert_eq!(c.last_verified_at, changed.last_verified_at, "not verified by the changed file");
+        // Retrieval still returns it, labelled stale.
+        let r = integration_tests::retriever(&db, Arc::new(integration_tests::FixedEmbedder::default()), None);
+        let mut ask = RetrievalRequest::new(org, RetrievalMode::AgentQuery, "readme");
+        ask.project_id = Some(project);
+        let found = r.query(ask).await.unwrap().memories;
+        assert!(found.iter().any(|m| m.memory.id == changed.id && m.stale), "{found:?}");
+        // A file missing for one scan (a sync in progress) only marks its memory; when it is back, the mark goes.
+        let m = get(missing.id).await;
+        assert!(m.status == MemoryStatus::Active && m.file_missing_since.is_some());
+        std::fs::write(repository.join("docs/moving.md"), "A page being synced.").unwrap();
+        let back = scanner.scan(&db.app, org).await.unwrap();
+        assert_eq!((back.unchanged, back.changed, back.missing), (2, 1, 0));
+        assert!(!get(missing.id).await.is_stale());
+        // A file missing for longer than the grace period archives its memory.
+        std::fs::remove_file(repository.join("docs/moving.md")).unwrap();
+        scanner.scan(&db.app, org).await.unwrap();
+        let no_grace =
+            FileScanner::new(Arc::new(DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
+        let report = no_grace.scan(&db.app, org).await.unwrap();
+        assert_eq!(report.archived, 1);
+        assert_eq!(get(missing.id).await.status, MemoryStatus::Archived);
+        // The file matching again clears the changed mark.
+        std::fs::write(repository.join("README.md"), "Version 1 of the readme.").unwrap();
+        scanner.scan(&db.app, org).await.unwrap();
+        assert!(!get(changed.id).await.is_stale());
         std::fs::remove_dir_all(root).unwrap();
     }
 }

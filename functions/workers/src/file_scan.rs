@@ -7,8 +7,7 @@ use std::sync::Arc;
 use memory_core::{
     config,
     jobs::FileScanJob,
-    lifecycle::file_scan::{DEFAULT_MAX_FILE_BYTES, DirectoryReader, FileScanner},
-    services::Services,
+    lifecycle::file_scan::{DEFAULT_MAX_FILE_BYTES, DEFAULT_MISSING_GRACE, DirectoryReader, FileScanner},
 };
 
 use aws_edge::sqs::{Delivery, JobHandler};
@@ -16,10 +15,11 @@ use aws_edge::sqs::{Delivery, JobHandler};
 use crate::Worker;
 
 /// The scanner the environment configures.
-pub fn scanner(services: &Services) -> anyhow::Result<FileScanner> {
+pub fn scanner() -> anyhow::Result<FileScanner> {
     let max_bytes = config::parsed_or("MEMORY_FILE_MAX_BYTES", DEFAULT_MAX_FILE_BYTES)?;
     let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?).with_max_bytes(max_bytes));
-    Ok(FileScanner::new(reader, Some(services.embedder.clone())).with_timeout(services.worker_model_timeout))
+    let grace = config::parsed_or("MEMORY_FILE_MISSING_GRACE_HOURS", DEFAULT_MISSING_GRACE.num_hours())?;
+    Ok(FileScanner::new(reader).with_missing_grace(chrono::TimeDelta::hours(grace)))
 }
 
 impl JobHandler for Worker<FileScanner> {

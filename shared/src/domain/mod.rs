@@ -111,6 +111,10 @@ pub struct Memory {
     pub file_last_scanned_at: Option<DateTime<Utc>>,
     /// Why the last scan could not read the file (None when it could).
     pub file_scan_error: Option<String>,
+    /// Since when the file no longer says what the memory was written from (None while it does).
+    pub file_changed_at: Option<DateTime<Utc>>,
+    /// Since when the file is missing (None while it is there); archived after the grace period.
+    pub file_missing_since: Option<DateTime<Utc>>,
     #[sqlx(flatten)]
     pub provenance: Provenance,
     pub tags: Vec<String>,
@@ -200,6 +204,13 @@ impl NewMemory {
     }
 }
 
+impl Memory {
+    /// A file-backed memory whose file changed or is missing since it was last verified: returned, and marked so.
+    pub fn is_stale(&self) -> bool {
+        self.file_changed_at.is_some() || self.file_missing_since.is_some()
+    }
+}
+
 #[cfg(test)]
 impl Memory {
     /// An active org-wide semantic memory with neutral values, for unit tests.
@@ -230,6 +241,8 @@ impl Memory {
             content_hash: None,
             file_last_scanned_at: None,
             file_scan_error: None,
+            file_changed_at: None,
+            file_missing_since: None,
             provenance: new.provenance,
             tags: Vec::new(),
             labels: serde_json::json!({}),

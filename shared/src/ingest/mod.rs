@@ -311,6 +311,11 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     if m.file_path.is_some() && m.project_id.is_none() {
         return Err("a file-backed memory needs project_id (its repository)".into());
     }
+    if m.file_path.is_some() && m.scope == Scope::Org {
+        return Err(
+            "a file-backed memory is read no more widely than its project: project, task or agent_private scope".into(),
+        );
+    }
     if m.created_at.is_some_and(|created| created > chrono::Utc::now() + MAX_CLOCK_SKEW) {
         return Err("created_at lies in the future".into());
     }

@@ -1,29 +1,32 @@
 //! The file-backed freshness scan: memories whose content comes from a file in a project's repository are
-//! re-read; a changed file yields a new memory that supersedes the old one (and keeps its taxonomy tags and
-//! entity mentions), a deleted file archives it, an unchanged file marks it verified, a memory without a file hash
-//! yet (as ingested) takes the file's hash as its baseline, and a file that cannot be
-//! read (refused, too large, an I/O error) is recorded on the memory. Every scanned row records when it was
-//! scanned; only a database failure fails the scan.
+//! re-read. An unchanged file marks its memory verified; a memory without a file hash yet (as ingested) takes the
+//! file's hash as its baseline; a changed file marks its memory changed (`file_changed_at`: it stays, returned with
+//! `stale: true`, never replaced by the whole file); a missing file marks it missing (`file_missing_since`, also
+//! stale) and archives it only once it has been missing for the grace period, so a file away for one scan (a sync
+//! in progress) comes back unharmed; a file that matches again clears the marks. A file that cannot be read
+//! (refused, too large, an I/O error) is recorded on the memory. Every scanned row records when it was scanned;
+//! only a database failure fails the scan.
 
 use std::{
     io::Read,
     path::{Component, Path, PathBuf},
     sync::Arc,
-    time::Duration,
 };
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{TimeDelta, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::embed_optional;
 use crate::{
-    domain::{Memory, MemoryStatus, NewMemory, SourceKind, TrustLevel, content_hash},
-    embed::Embedder,
+    domain::{Memory, MemoryStatus, content_hash},
     jobs::{FileScanJob, JobType},
     store::{self, transitions},
 };
+
+/// How long a file may be missing before its memory is archived (`MEMORY_FILE_MISSING_GRACE_HOURS`): three daily
+/// scans.
+pub const DEFAULT_MISSING_GRACE: TimeDelta = TimeDelta::hours(72);
 
 /// Largest file read by default, in bytes; a larger file is recorded as refused.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -165,7 +168,11 @@ pub async fn schedule_scans(pool: &PgPool) -> crate::Result<usize> {
 pub struct ScanReport {
     pub scanned: usize,
     pub unchanged: usize,
-    pub updated: usize,
+    /// Memories whose file says something else now (marked, kept).
+    pub changed: usize,
+    /// Memories whose file is missing, within the grace period (marked, kept).
+    pub missing: usize,
+    /// Memories whose file was missing for longer than the grace period.
     pub archived: usize,
     /// Memories whose file could not be read (why is recorded on each; they stay as they were).
     pub failed: usize,
@@ -173,9 +180,7 @@ pub struct ScanReport {
 
 pub struct FileScanner {
     reader: Arc<dyn FileReader>,
-    /// Embeds replacements (without one they are stored unembedded).
-    embedder: Option<Arc<dyn Embedder>>,
-    timeout: Duration,
+    missing_grace: TimeDelta,
 }
 
 /// What a scan found for one memory.
@@ -183,18 +188,19 @@ enum Outcome {
     Unchanged,
     /// The first read of the file of a memory with no file hash yet.
     Baseline(String),
-    Changed(Box<NewMemory>),
-    Deleted,
+    Changed,
+    Missing,
     Unreadable(String),
 }
 
 impl FileScanner {
-    pub fn new(reader: Arc<dyn FileReader>, embedder: Option<Arc<dyn Embedder>>) -> Self {
-        Self { reader, embedder, timeout: crate::config::DEFAULT_WORKER_MODEL_TIMEOUT }
+    pub fn new(reader: Arc<dyn FileReader>) -> Self {
+        Self { reader, missing_grace: DEFAULT_MISSING_GRACE }
     }
 
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+    /// How long a file may be missing before its memory is archived.
+    pub fn with_missing_grace(mut self, grace: TimeDelta) -> Self {
+        self.missing_grace = grace;
         self
     }
 
@@ -216,50 +222,43 @@ impl FileScanner {
         let mut report = ScanReport::default();
         for memory in memories {
             report.scanned += 1;
-            let outcome = self.examine(&memory).await?;
-            match &outcome {
-                Outcome::Unchanged | Outcome::Baseline(_) => report.unchanged += 1,
-                Outcome::Changed(_) => report.updated += 1,
-                Outcome::Deleted => report.archived += 1,
-                Outcome::Unreadable(why) => {
-                    tracing::warn!(memory_id = %memory.id, reason = %why, "file-backed memory could not be scanned");
-                    report.failed += 1;
-                }
+            let outcome = self.examine(&memory).await;
+            if let Outcome::Unreadable(why) = &outcome {
+                tracing::warn!(memory_id = %memory.id, reason = %why, "file-backed memory could not be scanned");
             }
-            self.apply(pool, &memory, outcome).await?;
+            self.apply(pool, &memory, outcome, &mut report).await?;
         }
         Ok(report)
     }
 
-    /// Reads the memory's file and prepares what the scan will write (the replacement embedded, outside any
-    /// transaction).
-    async fn examine(&self, memory: &Memory) -> crate::Result<Outcome> {
+    /// Reads the memory's file and compares it with the hash the memory was written from.
+    async fn examine(&self, memory: &Memory) -> Outcome {
         let path = memory.file_path.as_deref().unwrap_or_default();
         let Some(project_id) = memory.project_id else {
-            return Ok(Outcome::Unreadable("refused: a file-backed memory needs a project".into()));
+            return Outcome::Unreadable("refused: a file-backed memory needs a project".into());
         };
-        Ok(match self.reader.read(memory.organization_id, project_id, path).await {
-            Ok(None) => Outcome::Deleted,
+        match self.reader.read(memory.organization_id, project_id, path).await {
+            Ok(None) => Outcome::Missing,
             // No file hash yet (an ingested memory, often a passage or a summary of its file): this read is the
             // baseline that later scans compare with.
             Ok(Some(bytes)) if memory.content_hash.is_none() => Outcome::Baseline(content_hash(&bytes)),
             Ok(Some(bytes)) if memory.content_hash.as_deref() == Some(content_hash(&bytes).as_str()) => {
                 Outcome::Unchanged
             }
-            Ok(Some(bytes)) => match String::from_utf8(bytes) {
-                Ok(text) if !text.trim().is_empty() => {
-                    Outcome::Changed(Box::new(self.replacement(memory, text).await?))
-                }
-                Ok(_) => Outcome::Unreadable("refused: the file is empty".into()),
-                Err(_) => Outcome::Unreadable("refused: the file is not UTF-8 text".into()),
-            },
+            Ok(Some(_)) => Outcome::Changed,
             Err(e) => Outcome::Unreadable(e.to_string()),
-        })
+        }
     }
 
     /// Writes one memory's outcome in its own transaction, after checking that the memory is still the current,
     /// unchanged version that was read.
-    async fn apply(&self, pool: &PgPool, memory: &Memory, outcome: Outcome) -> crate::Result<()> {
+    async fn apply(
+        &self,
+        pool: &PgPool,
+        memory: &Memory,
+        outcome: Outcome,
+        report: &mut ScanReport,
+    ) -> crate::Result<()> {
         let org = memory.organization_id;
         let mut tx = store::begin_for_org(pool, org).await?;
         let Some(current) = transitions::lock(&mut tx, org, &[memory.id]).await?.pop() else { return Ok(()) };
@@ -267,41 +266,40 @@ impl FileScanner {
             return Ok(()); // replaced or archived meanwhile
         }
         let now = Utc::now();
+        let id = memory.id;
         match outcome {
-            Outcome::Unchanged => {
-                store::memories::record_scan(&mut *tx, org, memory.id, now, true, None).await?;
+            Outcome::Unchanged | Outcome::Baseline(_) => {
+                if let Outcome::Baseline(hash) = &outcome {
+                    store::memories::set_file_hash(&mut *tx, org, id, hash).await?;
+                }
+                store::memories::mark_file(&mut *tx, org, id, false, false, now).await?;
+                store::memories::record_scan(&mut *tx, org, id, now, true, None).await?;
+                report.unchanged += 1;
             }
-            Outcome::Baseline(hash) => {
-                store::memories::set_file_hash(&mut *tx, org, memory.id, &hash).await?;
-                store::memories::record_scan(&mut *tx, org, memory.id, now, true, None).await?;
+            Outcome::Changed => {
+                store::memories::mark_file(&mut *tx, org, id, true, false, now).await?;
+                store::memories::record_scan(&mut *tx, org, id, now, false, None).await?;
+                report.changed += 1;
             }
-            Outcome::Changed(new) => {
-                let new = transitions::create(&mut tx, &new, &[memory.id]).await?;
-                transitions::supersede(&mut tx, org, memory.id, new.id, "file_changed").await?;
-                store::memories::record_scan(&mut *tx, org, memory.id, now, false, None).await?;
-                store::memories::record_scan(&mut *tx, org, new.id, now, true, None).await?;
-            }
-            Outcome::Deleted => {
-                transitions::archive(&mut tx, org, memory.id, "file_deleted").await?;
-                store::memories::record_scan(&mut *tx, org, memory.id, now, false, None).await?;
+            Outcome::Missing => {
+                let since = current.file_missing_since.unwrap_or(now);
+                if now - since >= self.missing_grace {
+                    transitions::archive(&mut tx, org, id, "file_deleted").await?;
+                    report.archived += 1;
+                } else {
+                    store::memories::mark_file(&mut *tx, org, id, current.file_changed_at.is_some(), true, since)
+                        .await?;
+                    report.missing += 1;
+                }
+                store::memories::record_scan(&mut *tx, org, id, now, false, None).await?;
             }
             Outcome::Unreadable(why) => {
-                store::memories::record_scan(&mut *tx, org, memory.id, now, false, Some(&why)).await?;
+                store::memories::record_scan(&mut *tx, org, id, now, false, Some(&why)).await?;
+                report.failed += 1;
             }
         }
         tx.commit().await?;
         Ok(())
-    }
-
-    async fn replacement(&self, memory: &Memory, text: String) -> crate::Result<NewMemory> {
-        let hash = content_hash(text.as_bytes());
-        let mut new = NewMemory::replacing(memory, text);
-        new.content_hash = Some(hash.clone());
-        new.provenance.source_kind = SourceKind::File;
-        new.provenance.trust_level = TrustLevel::Verified;
-        new.provenance.source_ref = Some(format!("{}@{hash}", memory.file_path.as_deref().unwrap_or_default()));
-        new.embedding = embed_optional(self.embedder.as_deref(), &new.content, self.timeout).await?;
-        Ok(new)
     }
 }
 

@@ -109,6 +109,7 @@ pub fn rank(
         .take(limit)
         .map(|(score, c)| RankedMemory {
             untrusted: c.memory.provenance.trust_level == TrustLevel::Untrusted,
+            stale: c.memory.is_stale(),
             memory: c.memory.clone(),
             score,
             cosine_sim: c.cosine_sim,

@@ -80,6 +80,8 @@ pub struct RankedMemory {
     /// The memory came from an untrusted source (tool output, external content): a prompt builder should fence
     /// it as data, never follow it as an instruction.
     pub untrusted: bool,
+    /// A file-backed memory whose file changed or is missing since it was last verified.
+    pub stale: bool,
 }
 
 /// The pipeline's answer: memories ordered most relevant LAST.

@@ -168,3 +168,28 @@ pub async fn undecided_candidates(
     .fetch_all(executor)
     .await
 }
+
+/// Records what a scan found of a file-backed memory's file: whether it changed (since when, kept from an earlier
+/// scan) and whether it is missing (likewise); None clears the mark.
+pub async fn mark_file(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+    changed: bool,
+    missing: bool,
+    at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE memory SET file_changed_at = CASE WHEN $3 THEN coalesce(file_changed_at, $5) END, \
+             file_missing_since = CASE WHEN $4 THEN coalesce(file_missing_since, $5) END \
+         WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .bind(changed)
+    .bind(missing)
+    .bind(at)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
