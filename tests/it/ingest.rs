@@ -666,3 +666,75 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     assert_eq!(stored.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), vec!["a fact"], "only the granted batch");
     assert!(statuses(&db, other_org).await.is_empty());
 }
+
+/// Taxonomy nodes are names every reader sees: a private or restricted memory, or an untrusted one, is tagged only
+/// with nodes that exist and adds none; an org-wide memory adds its path, up to the organisation's cap.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn only_memories_every_reader_sees_add_taxonomy_nodes_and_only_up_to_the_cap(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let tagged = |content: &str, path: &str| {
+        let mut m = turn(content);
+        m["taxonomy"] = json!([path]);
+        m
+    };
+    let mut private = tagged("the launch codename is Falcon", "secret-launch/plan");
+    private["scope"] = json!("agent_private");
+    private["agent_id"] = json!(Uuid::now_v7());
+    let mut restricted = tagged("the acquisition closes in May", "mergers/target");
+    restricted["sensitivity"] = json!("restricted");
+    let mut untrusted = tagged("a vendor page about the API", "vendor/notes");
+    untrusted["provenance"] =
+        json!({"source_kind": "external", "source_ref": "https://vendor.example", "trust_level": "untrusted"});
+    let shared = tagged("CI runs on every push", "workflow/ci");
+    let private_on_shared = {
+        let mut m = tagged("my CI notes", "workflow/ci");
+        m["scope"] = json!("agent_private");
+        m["agent_id"] = json!(Uuid::now_v7());
+        m
+    };
+    let texts = [
+        "the launch codename is Falcon",
+        "the acquisition closes in May",
+        "a vendor page about the API",
+        "CI runs on every push",
+        "my CI notes",
+    ];
+    let embedder = texts.iter().enumerate().fold(FixedEmbedder::default(), |e, (i, t)| e.with(t, axis(i)));
+    let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder)).with_taxonomy_cap(4);
+    let batch_of = batch(org, "b1", vec![private, restricted, untrusted, shared, private_on_shared]);
+    let receipt = ingestor.ingest(&batch_of, Admission::Active).await.unwrap();
+
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let names: Vec<String> = store::taxonomy::nodes(&mut *tx, org).await.unwrap().into_iter().map(|n| n.name).collect();
+    assert_eq!(names, vec!["ci", "workflow"], "only the org-wide memory's path");
+    let tags: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM memory_taxonomy_tag WHERE organization_id = $1 AND memory_id = ANY($2)",
+    )
+    .bind(org)
+    .bind(receipt.memory_ids[3..].to_vec())
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(tags, 2, "the private memory is tagged with the existing node");
+    tx.commit().await.unwrap();
+
+    // The cap (4 here): one more two-name path fits, a second one no longer.
+    let more = vec![
+        tagged("deploys are on Tuesdays", "deploys/schedule"),
+        tagged("the runbook lives in docs", "runbooks/docs"),
+    ];
+    let embedder = Arc::new(
+        FixedEmbedder::default().with("deploys are on Tuesdays", axis(7)).with("the runbook lives in docs", axis(8)),
+    );
+    Ingestor::new(db.app.clone(), embedder)
+        .with_taxonomy_cap(4)
+        .ingest(&batch(org, "b2", more), Admission::Active)
+        .await
+        .unwrap();
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    assert_eq!(store::taxonomy::count(&mut *tx, org).await.unwrap(), 4, "nothing past the cap");
+}

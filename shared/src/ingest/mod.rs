@@ -14,7 +14,11 @@
 mod gate;
 mod message;
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -38,6 +42,9 @@ pub const MAX_CONTENT_BYTES: usize = 32 * 1024;
 pub const MAX_CONTEXT_BYTES: usize = 8 * 1024;
 /// Tags, labels, taxonomy paths and entities per memory.
 pub const MAX_ITEMS: usize = 32;
+/// Taxonomy nodes an organisation's ingestion creates at most (an operator's `memory-admin taxonomy import` is not
+/// capped); past it, memories are tagged with existing nodes only.
+pub const MAX_TAXONOMY_NODES: i64 = 500;
 /// Longest entity name or kind, and taxonomy node name, in bytes.
 pub const MAX_NAME_BYTES: usize = 200;
 /// How far ahead of this clock a producer's `created_at` may be (clock skew).
@@ -95,6 +102,7 @@ pub struct Ingestor {
     embedder: Arc<dyn Embedder>,
     timeout: Duration,
     producers: Producers,
+    taxonomy_cap: i64,
 }
 
 /// A checked memory, ready to write.
@@ -106,7 +114,19 @@ pub(crate) struct Checked {
 
 impl Ingestor {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>) -> Self {
-        Self { pool, embedder, timeout: DEFAULT_WORKER_MODEL_TIMEOUT, producers: Producers::Any }
+        Self {
+            pool,
+            embedder,
+            timeout: DEFAULT_WORKER_MODEL_TIMEOUT,
+            producers: Producers::Any,
+            taxonomy_cap: MAX_TAXONOMY_NODES,
+        }
+    }
+
+    /// Caps the organisation's taxonomy at `nodes` (default [`MAX_TAXONOMY_NODES`]).
+    pub fn with_taxonomy_cap(mut self, nodes: i64) -> Self {
+        self.taxonomy_cap = nodes;
+        self
     }
 
     /// Checks senders against the producer registry (or not).
@@ -168,10 +188,20 @@ impl Ingestor {
         for ((kind, name), id) in entity_ids.iter_mut() {
             *id = store::entities::ensure(&mut tx, org, kind, name).await?;
         }
-        let mut node_ids: BTreeMap<Vec<String>, Uuid> =
-            checked.iter().flat_map(|c| c.taxonomy.iter().cloned()).map(|p| (p, Uuid::nil())).collect();
+        // Taxonomy nodes are names every reader of the organisation sees: only a memory every reader may read, from a
+        // source not untrusted, creates them (up to the cap); any other memory is tagged with existing nodes only.
+        let creating: BTreeSet<&Vec<String>> =
+            checked.iter().filter(|c| creates_taxonomy(&c.new)).flat_map(|c| c.taxonomy.iter()).collect();
+        let mut nodes = store::taxonomy::count(&mut *tx, org).await?;
+        let mut node_ids: BTreeMap<Vec<String>, Option<Uuid>> =
+            checked.iter().flat_map(|c| c.taxonomy.iter().cloned()).map(|p| (p, None)).collect();
         for (path, id) in node_ids.iter_mut() {
-            *id = store::taxonomy::ensure_path(&mut tx, org, path).await?;
+            *id = if creating.contains(path) && nodes + path.len() as i64 <= self.taxonomy_cap {
+                nodes += path.len() as i64;
+                Some(store::taxonomy::ensure_path(&mut tx, org, path).await?)
+            } else {
+                store::taxonomy::find_path(&mut tx, org, path).await?
+            };
         }
         // A file-backed memory's content_hash is its file's, set by its first scan; others carry their text's,
         // which finds exact duplicates, also those a concurrent batch is writing.
@@ -197,8 +227,8 @@ impl Ingestor {
                 Admission::Active => MemoryStatus::Active,
             };
             let memory = transitions::create(&mut tx, &new, &[]).await?;
-            for path in &taxonomy {
-                store::taxonomy::tag(&mut *tx, org, memory.id, node_ids[path]).await?;
+            for node in taxonomy.iter().filter_map(|path| node_ids[path]) {
+                store::taxonomy::tag(&mut *tx, org, memory.id, node).await?;
             }
             for key in entities {
                 let entity = entity_ids[&key];
@@ -247,6 +277,13 @@ impl Ingestor {
         let texts: Vec<String> = checked.iter().map(|c| c.new.embedding_input()).collect();
         Ok(self.embedder.embed_within(&texts, self.timeout).await?)
     }
+}
+
+/// Whether a memory may add names to the organisation's taxonomy: read by everyone, from a source not untrusted.
+fn creates_taxonomy(memory: &NewMemory) -> bool {
+    memory.scope == Scope::Org
+        && memory.sensitivity == crate::domain::Sensitivity::Normal
+        && memory.provenance.trust_level != crate::domain::TrustLevel::Untrusted
 }
 
 /// A job's message body.

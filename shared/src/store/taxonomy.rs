@@ -45,6 +45,35 @@ pub async fn ensure_path(conn: &mut PgConnection, organization_id: Uuid, path: &
     Ok(parent.expect("a path has at least one name"))
 }
 
+/// The node at this path, if every node of it exists.
+pub async fn find_path(conn: &mut PgConnection, organization_id: Uuid, path: &[String]) -> sqlx::Result<Option<Uuid>> {
+    let mut parent: Option<Uuid> = None;
+    for name in path {
+        let found: Option<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM memory_taxonomy_node \
+             WHERE organization_id = $1 AND parent_id IS NOT DISTINCT FROM $2 AND name = $3",
+        )
+        .bind(organization_id)
+        .bind(parent)
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match found {
+            Some(id) => parent = Some(id),
+            None => return Ok(None),
+        }
+    }
+    Ok(parent)
+}
+
+/// How many nodes the organisation's taxonomy has.
+pub async fn count(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM memory_taxonomy_node WHERE organization_id = $1")
+        .bind(organization_id)
+        .fetch_one(executor)
+        .await
+}
+
 /// Adds a node (or returns the existing one with that parent and name).
 pub async fn upsert_node(
     executor: impl PgExecutor<'_>,
