@@ -139,6 +139,7 @@ pub fn sample_event_app(retriever: Retriever) -> axum::Router {
             stage: Some("$default".into()),
             issuer: None,
             audience: None,
+            keys: None,
         }),
     })
 }

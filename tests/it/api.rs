@@ -344,6 +344,7 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
             stage: Some("$default".into()),
             issuer: Some("https://auth.example.com/".into()),
             audience: Some("agent-memory".into()),
+            keys: None,
         }),
     });
     let request = lambda_http::request::from_str(&event).unwrap();
@@ -453,4 +454,74 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
             assert!(answered_ok.contains(&(route.as_str(), method.clone())), "{method} {route} was not exercised");
         }
     }
+}
+
+/// With the issuer's public keys configured, the function verifies the token itself: an event whose authorizer
+/// claims were forged (a direct invoke with a copied API id) is refused, and so is a token signed by another key.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn with_the_issuers_keys_the_token_is_verified_and_forged_claims_are_refused(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let db = Db::new(opts, conn).await;
+    let org: Uuid = "0a000000-0000-4000-8000-000000000001".parse().unwrap();
+    memory(org, "Deploy billing-api with the release pipeline").embedding(axis(0)).insert(&db).await;
+    // RFC 8032's first Ed25519 test key: its seed (as PKCS#8) signs, its public key is published.
+    let seed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    let hex =
+        |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+    let mut pkcs8 = hex("302e020100300506032b657004220420");
+    pkcs8.extend(hex(seed));
+    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k1", "alg": "EdDSA", "x": URL_SAFE_NO_PAD.encode(hex(public))}]});
+    let issuer = "https://auth.example.com/";
+    let keys = retrieve::JwksVerifier::new(&jwks.to_string(), issuer, "agent-memory").unwrap();
+    let app = retrieve::app(AppState {
+        retriever: Arc::new(retriever(&db, Arc::new(FixedEmbedder::default().with(QUERY, axis(0))), None)),
+        auth: Arc::new(Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: Some(issuer.into()),
+            audience: Some("agent-memory".into()),
+            keys: Some(Box::new(keys)),
+        }),
+    });
+    let sign = |claims: Value, key: &EncodingKey| {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some("k1".into());
+        jsonwebtoken::encode(&header, &claims, key).unwrap()
+    };
+    let claims = |org: Uuid| json!({"org_id": org, "iss": issuer, "aud": ["agent-memory"], "exp": chrono::Utc::now().timestamp() + 600});
+    let event =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve-agent-query.json"))
+            .unwrap();
+    let with = |token: &str, claimed_org: Uuid| {
+        let mut e: Value = serde_json::from_str(&event).unwrap();
+        e["headers"]["authorization"] = format!("Bearer {token}").into();
+        let c = &mut e["requestContext"]["authorizer"]["jwt"]["claims"];
+        c["org_id"] = claimed_org.to_string().into();
+        c["iss"] = issuer.into();
+        c["aud"] = "agent-memory".into();
+        e["body"] = json!({"mode": "agent_query", "query": QUERY}).to_string().into();
+        lambda_http::request::from_str(&e.to_string()).unwrap()
+    };
+    let key = EncodingKey::from_ed_der(&pkcs8);
+    let genuine = sign(claims(org), &key);
+    let response = app.clone().oneshot(with(&genuine, org)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+
+    // The event claims another organisation, the token says ours: the token wins.
+    let victim = Uuid::now_v7();
+    memory(victim, "the victim's secret").embedding(axis(0)).insert(&db).await;
+    let response = app.clone().oneshot(with(&genuine, victim)).await.unwrap();
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert!(!body.to_string().contains("the victim's secret"), "{body}");
+    // Forged claims with no token, or with a token of another key, are refused.
+    let mut other_seed = pkcs8.clone();
+    *other_seed.last_mut().unwrap() ^= 1;
+    let forged = sign(claims(victim), &EncodingKey::from_ed_der(&other_seed));
+    assert_eq!(app.clone().oneshot(with(&forged, victim)).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.clone().oneshot(with("not-a-token", victim)).await.unwrap().status(), StatusCode::UNAUTHORIZED);
 }

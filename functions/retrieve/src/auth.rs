@@ -1,11 +1,12 @@
 //! The caller's identity. Behind API Gateway its JWT authorizer has verified the token and passes the claims in
-//! the request context; locally the server verifies `Authorization: Bearer <JWT>` (HS256) itself. Both paths
-//! produce the same [`Claims`] and go through [`Principal::from_claims`].
+//! the request context; with the issuer's public keys configured (`MEMORY_JWT_JWKS`) the function verifies the
+//! token's signature itself and does not take the event's word. Locally the server verifies `Authorization: Bearer
+//! <JWT>` (HS256). Every path produces the same [`Claims`] and goes through [`Principal::from_claims`].
 
 use std::collections::HashMap;
 
 use axum::http::request::Parts;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, jwk::JwkSet};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -106,7 +107,15 @@ pub enum Authenticator {
     /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran), for
     /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
     /// The claims' `iss` and `aud` are checked too when configured (`MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
-    ApiGateway { api_id: Option<String>, stage: Option<String>, issuer: Option<String>, audience: Option<String> },
+    /// With `keys`, the bearer token's signature is verified against the issuer's public keys as well, and its
+    /// claims are the ones used.
+    ApiGateway {
+        api_id: Option<String>,
+        stage: Option<String>,
+        issuer: Option<String>,
+        audience: Option<String>,
+        keys: Option<Box<JwksVerifier>>,
+    },
     /// Verify HS256 bearer tokens with a shared secret (local runs and tests): `exp`, `iss` and `aud` required.
     LocalJwt(Box<LocalVerifier>),
 }
@@ -140,6 +149,67 @@ impl LocalVerifier {
     }
 }
 
+/// The check of tokens signed by an issuer, with its published public keys (a JWKS): asymmetric algorithms only;
+/// `exp`, `iss` and `aud` required.
+pub struct JwksVerifier {
+    keys: JwkSet,
+    issuer: String,
+    audience: String,
+}
+
+impl JwksVerifier {
+    /// Refuses a key set that holds no key.
+    pub fn new(jwks: &str, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+        let keys: JwkSet = serde_json::from_str(jwks).map_err(|e| anyhow::anyhow!("MEMORY_JWT_JWKS: {e}"))?;
+        anyhow::ensure!(!keys.keys.is_empty(), "MEMORY_JWT_JWKS holds no key");
+        Ok(Self { keys, issuer: issuer.into(), audience: audience.into() })
+    }
+
+    fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+        let refused = |reason: String| {
+            tracing::debug!(%reason, "token refused");
+            ApiError::unauthorized("invalid or expired token")
+        };
+        let header = jsonwebtoken::decode_header(token).map_err(|e| refused(e.to_string()))?;
+        if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
+            return Err(refused("a shared-secret algorithm".into()));
+        }
+        let jwk = match &header.kid {
+            Some(kid) => self.keys.find(kid),
+            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+            None => None,
+        }
+        .ok_or_else(|| refused("no key of the set signed it".into()))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| refused(e.to_string()))?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        let token = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
+            .map_err(|e| refused(e.to_string()))?;
+        let text = |value: &serde_json::Value| match value {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Array(items) => {
+                Some(items.iter().filter_map(|i| i.as_str()).collect::<Vec<_>>().join(" "))
+            }
+            _ => None,
+        };
+        let claims: HashMap<String, String> =
+            token.claims.iter().filter_map(|(k, v)| text(v).map(|t| (k.clone(), t))).collect();
+        Claims::from_map(&claims)
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
+    header.strip_prefix("Bearer ").ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer <token>`"))
+}
+
 impl Authenticator {
     pub fn local(secret: &SecretString, issuer: &str, audience: &str) -> anyhow::Result<Self> {
         Ok(Self::LocalJwt(Box::new(LocalVerifier::new(secret, issuer, audience)?)))
@@ -147,7 +217,7 @@ impl Authenticator {
 
     pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
         let claims = match self {
-            Self::ApiGateway { api_id, stage, issuer, audience } => {
+            Self::ApiGateway { api_id, stage, issuer, audience, keys } => {
                 use lambda_http::request::RequestContext;
                 let expected = |want: &Option<String>, got: Option<&String>| want.is_none() || want.as_ref() == got;
                 let claims = match parts.extensions.get::<RequestContext>() {
@@ -160,6 +230,10 @@ impl Authenticator {
                     _ => None,
                 };
                 let claims = claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?;
+                if let Some(keys) = keys {
+                    // The event's claims are not taken on trust: the token itself must verify.
+                    return Principal::from_claims(&keys.verify(bearer(parts)?)?);
+                }
                 let audiences = claims.get("aud").map(String::as_str).unwrap_or_default();
                 let audience_ok = audience.as_ref().is_none_or(|want| {
                     audiences.split(|c: char| c.is_whitespace() || "[],\"".contains(c)).any(|a| a == want)
@@ -169,17 +243,7 @@ impl Authenticator {
                 }
                 Claims::from_map(claims)?
             }
-            Self::LocalJwt(verifier) => {
-                let header = parts
-                    .headers
-                    .get(axum::http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <token>"))?;
-                let token = header
-                    .strip_prefix("Bearer ")
-                    .ok_or_else(|| ApiError::unauthorized("Authorization must be `Bearer <token>`"))?;
-                verifier.verify(token)?
-            }
+            Self::LocalJwt(verifier) => verifier.verify(bearer(parts)?)?,
         };
         Principal::from_claims(&claims)
     }

@@ -12,7 +12,7 @@ use secrecy::SecretString;
 
 use crate::{
     AppState,
-    auth::{Authenticator, DEVELOPMENT_SECRET, LOCAL_AUDIENCE, LOCAL_ISSUER},
+    auth::{Authenticator, DEVELOPMENT_SECRET, JwksVerifier, LOCAL_AUDIENCE, LOCAL_ISSUER},
 };
 
 /// Builds the shared services, the retriever and the authenticator that `MEMORY_AUTH` names.
@@ -34,17 +34,31 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
 }
 
-/// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`) or
+/// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`; with
+/// `MEMORY_JWT_JWKS`, the issuer's public keys, the token's signature is verified here too) or
 /// `MEMORY_AUTH=local-jwt` (`MEMORY_JWT_SECRET`, `MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
 pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
     let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     match config::required("MEMORY_AUTH")?.as_str() {
-        "api-gateway" => Ok(Authenticator::ApiGateway {
-            api_id: set("MEMORY_API_ID"),
-            stage: set("MEMORY_API_STAGE"),
-            issuer: set("MEMORY_JWT_ISSUER"),
-            audience: set("MEMORY_JWT_AUDIENCE"),
-        }),
+        "api-gateway" => {
+            let (issuer, audience) = (set("MEMORY_JWT_ISSUER"), set("MEMORY_JWT_AUDIENCE"));
+            let keys = match set("MEMORY_JWT_JWKS") {
+                Some(jwks) => {
+                    let (Some(issuer), Some(audience)) = (&issuer, &audience) else {
+                        anyhow::bail!("MEMORY_JWT_JWKS needs MEMORY_JWT_ISSUER and MEMORY_JWT_AUDIENCE");
+                    };
+                    Some(Box::new(JwksVerifier::new(&jwks, issuer, audience)?))
+                }
+                None => None,
+            };
+            Ok(Authenticator::ApiGateway {
+                api_id: set("MEMORY_API_ID"),
+                stage: set("MEMORY_API_STAGE"),
+                issuer,
+                audience,
+                keys,
+            })
+        }
         "local-jwt" => {
             let secret = SecretString::from(config::required("MEMORY_JWT_SECRET")?);
             let issuer = set("MEMORY_JWT_ISSUER").unwrap_or_else(|| LOCAL_ISSUER.into());

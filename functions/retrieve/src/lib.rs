@@ -18,7 +18,7 @@ use tower_http::{
     trace::TraceLayer,
 };
 
-pub use auth::{Authenticator, Claims, Principal};
+pub use auth::{Authenticator, Claims, JwksVerifier, Principal};
 pub use bootstrap::{authenticator_from_env, check_bind, state_from_env};
 
 /// Largest request body accepted.
