@@ -79,7 +79,8 @@ pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<Dea
 }
 
 /// Moves every message of the dead-letter queue back to `queue_url` (sent, then deleted from the dead-letter
-/// queue, so a failure in between leaves a copy rather than losing it); returns how many moved.
+/// queue, so a failure in between leaves a copy rather than losing it); returns how many moved. A message sent
+/// again carries the redriver's `SenderId`, not its producer's.
 pub async fn redrive(sqs: &Client, dead_letter_url: &str, queue_url: &str) -> anyhow::Result<usize> {
     let mut moved = 0;
     loop {
@@ -88,6 +89,7 @@ pub async fn redrive(sqs: &Client, dead_letter_url: &str, queue_url: &str) -> an
             .queue_url(dead_letter_url)
             .max_number_of_messages(10)
             .visibility_timeout(LISTING_VISIBILITY)
+            .wait_time_seconds(1)
             .send()
             .await?
             .messages

@@ -137,7 +137,8 @@ pub async fn sdk_config() -> SdkConfig {
 
 /// The relay over `pool`, publishing to the configured bus and queues; a sweep visits at most
 /// `MEMORY_SWEEP_ORGANIZATIONS` organisations. Jobs are sent only by a function given queues, and only to the
-/// queues it is given (the ingest worker and the scheduler; a worker that queues no job is not given any).
+/// queues it is given (each function is given the queues of the jobs it queues; the others wait for a relay that
+/// has theirs).
 pub async fn relay_from_env(pool: PgPool) -> anyhow::Result<OutboxRelay> {
     let sdk = sdk_config().await;
     let sweep = config::parsed_or("MEMORY_SWEEP_ORGANIZATIONS", memory_core::outbox::DEFAULT_SWEEP_ORGANIZATIONS)?;

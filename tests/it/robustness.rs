@@ -90,8 +90,15 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     // Written as ingestion writes it: a candidate, with its `memory.created` event.
     let mut candidate = memory(org, "billing-api deploys on Fridays").embedding(axis(0)).trust(TrustLevel::Unverified);
     candidate.new.status = MemoryStatus::Candidate;
+    // And one its check kept back as too weak to promote (its check succeeded once, the re-check failed), and one
+    // below the promotion confidence whose check never ran.
+    let mut weak = memory(org, "billing-api may deploy on Sundays").embedding(axis(3)).confidence(0.1);
+    weak.new.status = MemoryStatus::Candidate;
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     let new = store::transitions::create(&mut tx, &candidate.new, &[]).await.unwrap();
+    let weak = store::transitions::create(&mut tx, &weak.new, &[]).await.unwrap();
+    // A near-duplicate pair waiting for the candidate to be active.
+    store::dedup::defer_pair(&mut *tx, org, existing.id, new.id, 0.9).await.unwrap();
     tx.commit().await.unwrap();
     mention_all(&db, org, "billing-api", &[&existing, &new]).await;
     let down = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemoryContradiction, |_| {
@@ -109,6 +116,12 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     let report = sweep::run(&db.app, chrono::TimeDelta::zero()).await.unwrap();
     assert_eq!(report.promoted_unchecked, 1);
     assert_eq!(reload(&db, org, new.id).await.status, MemoryStatus::Active);
+    assert_eq!(reload(&db, org, weak.id).await.status, MemoryStatus::Candidate, "too weak to promote, as a check");
+    assert_eq!(report.reviews_queued, 1, "the promoted memory's deferred pair is reviewable now");
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let unsent = store::jobs::unsent_counts(&mut *tx, org).await.unwrap();
+    assert_eq!(unsent, vec![("memory_dedup_review".to_string(), 1)]);
+    tx.commit().await.unwrap();
     assert_eq!(sweep::run(&db.app, chrono::TimeDelta::zero()).await.unwrap().promoted_unchecked, 0, "decided once");
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     let held = store::review::pending(&mut *tx, org).await.unwrap();

@@ -203,6 +203,12 @@ pub async fn dead_letters(job: Option<&str>, redrive: bool) -> anyhow::Result<()
             println!("{}: no dead-letter queue", job.as_str());
             continue;
         };
+        if redrive && job == JobType::MemoryIngest {
+            // A message sent again carries the operator's SenderId, and the producer check would judge it under the
+            // operator's grant: the producer sends it again instead.
+            println!("{}: not redriven (a producer's message must come from the producer)", job.as_str());
+            continue;
+        }
         if redrive {
             println!("{}: {} messages sent back", job.as_str(), dead_letters::redrive(&sqs, &dead, &url).await?);
             continue;

@@ -197,8 +197,9 @@ impl Ingestor {
             checked.iter().flat_map(|c| c.taxonomy.iter().cloned()).map(|p| (p, None)).collect();
         for (path, id) in node_ids.iter_mut() {
             *id = if creating.contains(path) && nodes + path.len() as i64 <= self.taxonomy_cap {
-                nodes += path.len() as i64;
-                Some(store::taxonomy::ensure_path(&mut tx, org, path).await?)
+                let node = store::taxonomy::ensure_path(&mut tx, org, path).await?;
+                nodes = store::taxonomy::count(&mut *tx, org).await?;
+                Some(node)
             } else {
                 store::taxonomy::find_path(&mut tx, org, path).await?
             };

@@ -1,8 +1,8 @@
 //! The lifecycle's backstop, run on a schedule (`{"task": "lifecycle_sweep"}`): what the message flow can leave
 //! undone is done here. Deferred dedup pairs whose memories are both active get a review queued (promotion and
 //! merges queue theirs as they happen), and a candidate that the contradiction check has not decided within the
-//! bound (its check failed until it dead-lettered, say) is promoted unchecked by rule, with the reason held for a
-//! person in `memory_held_decision`. [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published
+//! bound (its check failed until it dead-lettered, say) is decided by rule: promoted unchecked, with the reason held
+//! for a person in `memory_held_decision`, unless its confidence is below the promotion confidence. [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published
 //! events and sent jobs after a week, batch records after the queues' retention, and dedup pairs that can never be
 //! reviewed again.
 
@@ -10,6 +10,7 @@ use chrono::TimeDelta;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::contradiction::PROMOTION_CONFIDENCE;
 use crate::{
     jobs::{DedupReviewJob, JobType},
     store::{self, transitions},
@@ -31,10 +32,11 @@ pub struct SweepReport {
 /// One pass over every organisation.
 pub async fn run(pool: &PgPool, candidate_bound: TimeDelta) -> crate::Result<SweepReport> {
     let mut report = SweepReport::default();
-    for organization_id in store::outbox::organizations(pool).await? {
+    for organization_id in in_turn(store::outbox::organizations(pool).await?) {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        report.reviews_queued += usize::from(queue_review_if_due(&mut tx, organization_id, None).await?);
+        // Promotion first: the promoted memories' pairs are then reviewable now.
         report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
+        report.reviews_queued += usize::from(queue_review_if_due(&mut tx, organization_id, None).await?);
         tx.commit().await?;
     }
     Ok(report)
@@ -57,7 +59,20 @@ pub(crate) async fn queue_review_if_due(
     Ok(true)
 }
 
-/// Promotes the candidates that waited longer than `bound` for their contradiction check, recording why.
+/// The organisations, starting at another one each hour: a run that the function's timeout cuts short leaves
+/// others out next time, not always the same.
+fn in_turn(mut organizations: Vec<Uuid>) -> Vec<Uuid> {
+    if !organizations.is_empty() {
+        let hour = chrono::Utc::now().timestamp() / 3600;
+        let start = (hour as usize) % organizations.len();
+        organizations.rotate_left(start);
+    }
+    organizations
+}
+
+/// Decides the candidates that waited longer than `bound` for their contradiction check, by rule: promoted unchecked
+/// (the reason held for a person) when their confidence reaches the promotion confidence, kept a candidate (and
+/// marked checked) otherwise, as a check would.
 async fn promote_undecided(
     tx: &mut sqlx::PgConnection,
     organization_id: Uuid,
@@ -68,17 +83,21 @@ async fn promote_undecided(
         return Ok(0);
     }
     let ids: Vec<Uuid> = waiting.iter().map(|(id, _)| *id).collect();
-    transitions::lock(&mut *tx, organization_id, &ids).await?;
     // Read again under the locks: a check that finished meanwhile has decided its memory.
     let still = store::memories::undecided_candidates(&mut *tx, organization_id, bound, CANDIDATES_PER_RUN).await?;
     let reason = format!(
         "the contradiction check did not decide this memory within {} minutes; promoted unchecked",
         bound.num_minutes()
     );
+    let locked = transitions::lock(&mut *tx, organization_id, &ids).await?;
     let mut promoted = 0;
     for (id, _) in still.into_iter().filter(|(id, _)| ids.contains(id)) {
-        transitions::promote(&mut *tx, organization_id, id).await?;
         store::memories::mark_checked(&mut *tx, organization_id, id).await?;
+        let confident = locked.iter().any(|m| m.id == id && m.confidence >= PROMOTION_CONFIDENCE);
+        if !confident {
+            continue;
+        }
+        transitions::promote(&mut *tx, organization_id, id).await?;
         store::review::hold(&mut *tx, organization_id, "contradiction", "promote_unchecked", id, id, &reason).await?;
         promoted += 1;
     }
@@ -107,7 +126,7 @@ pub struct PruneReport {
 pub async fn prune(pool: &PgPool) -> crate::Result<PruneReport> {
     let now = chrono::Utc::now();
     let mut report = PruneReport::default();
-    for organization_id in store::outbox::organizations(pool).await? {
+    for organization_id in in_turn(store::outbox::organizations(pool).await?) {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         report.events += store::outbox::prune_published(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
         report.jobs += store::jobs::prune_sent(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;

@@ -74,7 +74,7 @@ pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence
     weights.cosine * cosine + weights.recency * recency + weights.confidence * confidence
 }
 
-/// The best `limit` candidates by composite score, best first, ties broken by id so equal inputs give equal
+/// The best `max_results` candidates by composite score, best first, ties broken by id so equal inputs give equal
 /// order. Without a query embedding the keyword score stands in for the cosine.
 pub fn rank(
     formula: RankingFormula,
@@ -82,7 +82,7 @@ pub fn rank(
     candidates: &[&Candidate],
     anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
-    limit: usize,
+    max_results: usize,
 ) -> Vec<RankedMemory> {
     let mut scored: Vec<(f64, &Candidate)> = candidates
         .iter()
@@ -106,7 +106,7 @@ pub fn rank(
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
     scored
         .into_iter()
-        .take(limit)
+        .take(max_results)
         .map(|(score, c)| RankedMemory {
             untrusted: c.memory.provenance.trust_level == TrustLevel::Untrusted,
             stale: c.memory.is_stale(),

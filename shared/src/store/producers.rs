@@ -13,17 +13,24 @@ pub struct Producer {
     pub max_trust: TrustLevel,
 }
 
-/// The highest trust `sender_id` may claim in the organisation; None when it may not write there.
+/// The highest trust `sender_id` may claim in the organisation; None when it may not write there. A sender of an
+/// assumed role (SQS reports `<role id>:<session name>`) is covered by a grant to the role id, every session of it,
+/// or to that one session; with a grant of each kind, the higher trust of the two counts.
 pub async fn grant(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     sender_id: &str,
 ) -> sqlx::Result<Option<TrustLevel>> {
-    sqlx::query_scalar("SELECT max_trust FROM memory_producer WHERE organization_id = $1 AND sender_id = $2")
-        .bind(organization_id)
-        .bind(sender_id)
-        .fetch_optional(executor)
-        .await
+    let role = sender_id.split(':').next().unwrap_or(sender_id);
+    sqlx::query_scalar(
+        "SELECT max_trust FROM memory_producer WHERE organization_id = $1 AND sender_id IN ($2, $3) \
+         ORDER BY CASE max_trust WHEN 'verified' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END LIMIT 1",
+    )
+    .bind(organization_id)
+    .bind(sender_id)
+    .bind(role)
+    .fetch_optional(executor)
+    .await
 }
 
 /// Grants (or changes the grant of) a sender in the organisation.
