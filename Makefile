@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan events smoke clean test fuzz package stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -14,6 +14,7 @@ help:
 	@echo "make scan   fire the daily file scan now (with make run up)"
 	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
+	@echo "make soak [SOAK_BATCHES=60]   the lifecycle under an adversarial model and injected faults, then its checks"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
 	@echo "make fuzz [FUZZ_CASES=20000]   every parser of outside input fed arbitrary input, many cases"
@@ -37,6 +38,9 @@ events:
 
 smoke:
 	@scripts/smoke.sh
+
+soak:
+	@scripts/soak.sh
 
 clean: stop
 	@scripts/stack.sh clean

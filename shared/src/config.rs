@@ -118,6 +118,8 @@ pub enum LlmConfig {
     /// The offline stand-in ([`crate::llm::OfflineLlm`]), for running the workers locally: it finds no
     /// contradiction, keeps near-duplicates, and writes profiles that list their sources.
     Offline,
+    /// The adversarial stand-in ([`crate::llm::AdversarialLlm`]), for the soak test's workers.
+    Adversarial,
 }
 
 impl LlmConfig {
@@ -132,10 +134,11 @@ impl LlmConfig {
             }),
             "none" => Ok(Self::Disabled),
             "offline" => Ok(Self::Offline),
+            "adversarial" => Ok(Self::Adversarial),
             other => Err(ConfigError::Invalid {
                 name: "MEMORY_LLM",
                 value: other.into(),
-                reason: "expected bedrock, none or offline".into(),
+                reason: "expected bedrock, none, offline or adversarial".into(),
             }),
         }
     }

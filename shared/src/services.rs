@@ -54,6 +54,9 @@ impl Services {
             }
             LlmConfig::Disabled => (None, DEFAULT_REQUEST_LLM_TIMEOUT),
             LlmConfig::Offline => (Some(Arc::new(crate::llm::OfflineLlm)), DEFAULT_REQUEST_LLM_TIMEOUT),
+            LlmConfig::Adversarial => {
+                (Some(Arc::new(crate::llm::AdversarialLlm::default())), DEFAULT_REQUEST_LLM_TIMEOUT)
+            }
         };
         let worker_model_timeout = Duration::from_millis(crate::config::parsed_or(
             "MEMORY_WORKER_MODEL_TIMEOUT_MS",

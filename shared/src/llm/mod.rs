@@ -1,6 +1,7 @@
 //! The language model behind classification, dedup, merge, contradiction checks and synthesis: the [`Llm`] trait,
 //! the Bedrock Converse adapter and a deterministic scripted model for tests.
 
+mod adversarial;
 mod bedrock;
 mod offline;
 mod scripted;
@@ -10,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use adversarial::AdversarialLlm;
 pub use bedrock::BedrockLlm;
 pub use offline::OfflineLlm;
 pub use scripted::ScriptedLlm;
@@ -65,6 +67,11 @@ pub trait Llm: Send + Sync {
     async fn complete_within(&self, request: LlmRequest, budget: Duration) -> Result<String, LlmError> {
         tokio::time::timeout(budget, self.complete(request)).await.map_err(|_| LlmError::Timeout)?
     }
+}
+
+/// The texts of the `<memory>` elements a prompt quotes, in order.
+pub fn quoted_texts(prompt: &str) -> Vec<&str> {
+    prompt.split("<memory>").skip(1).filter_map(|rest| rest.split_once("</memory>").map(|(text, _)| text)).collect()
 }
 
 /// Parses the first JSON value (object or array) in a model's answer, tolerating prose or code fences around it.

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use super::{InvocationPurpose, Llm, LlmError, LlmRequest};
+use super::{InvocationPurpose, Llm, LlmError, LlmRequest, quoted_texts};
 
 pub struct OfflineLlm;
 
@@ -25,19 +25,11 @@ impl Llm for OfflineLlm {
                     (0..items("Pair ")).map(|i| format!(r#"{{"pair": {i}, "decision": "keep_both"}}"#)).collect();
                 Ok(format!(r#"{{"decisions": [{}]}}"#, decisions.join(",")))
             }
-            InvocationPurpose::MemoryMerge => Ok(request
-                .prompt
-                .lines()
-                .filter_map(|l| l.strip_prefix("A: ").or_else(|| l.strip_prefix("B: ")))
-                .collect::<Vec<_>>()
-                .join(" ")),
-            InvocationPurpose::MemorySynthesis => Ok(request
-                .prompt
-                .lines()
-                .map(|l| l.strip_prefix("- ").unwrap_or(l))
-                .filter(|l| !l.starts_with("Memories:"))
-                .collect::<Vec<_>>()
-                .join(" ")),
+            InvocationPurpose::MemoryMerge => Ok(quoted_texts(&request.prompt).join(" ")),
+            InvocationPurpose::MemorySynthesis => {
+                let entity = request.prompt.lines().next().unwrap_or_default();
+                Ok(format!("{entity}: {}", quoted_texts(&request.prompt).join(" ")))
+            }
             InvocationPurpose::MemoryRetrieval => Err(LlmError::Call("the offline stand-in does not classify".into())),
         }
     }

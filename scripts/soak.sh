@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# make soak [SOAK_BATCHES=60]: the lifecycle as production runs it. make run's API and workers, the workers with
+# the adversarial model stand-in (it obeys instructions in memory text, answers in prose, names ids it was not
+# given); a stream of producers' messages through the ingest queue, with every connection of the application role
+# killed once and the workers' process killed mid-stream and restarted; then the checks (memory-soak check) and
+# the counts. Exits non-zero on any violation.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+BATCHES="${SOAK_BATCHES:-60}"
+RUN="$(date +%s)"
+export MEMORY_WORKERS_LLM=adversarial
+"$ROOT/scripts/run.sh" stop >/dev/null 2>&1 || true
+"$ROOT/scripts/run.sh" start >/dev/null
+load_stack_env
+soak() { "$CARGO_TARGET_DIR/debug/memory-soak" "$@"; }
+half=$((BATCHES / 2))
+echo "[soak] run $RUN: $BATCHES batches; the application's connections killed halfway through the first $half" >&2
+soak send --run "$RUN" --from 0 --to "$half" --terminate-connections
+# A worker process killed mid-batch: SQS gives what it held to the restarted one.
+kill -9 "$(cat "$ROOT/.local/workers.pid")"
+rm -f "$ROOT/.local/workers.pid"   # a killed process may linger as a zombie that kill -0 still finds
+echo "[soak] workers killed; restarting them" >&2
+"$ROOT/scripts/run.sh" start >/dev/null
+soak send --run "$RUN" --from "$half" --to "$BATCHES"
+soak check --run "$RUN" --sent "$BATCHES" --faults 1 --wait "${SOAK_WAIT:-300}"
