@@ -21,7 +21,77 @@ fn texty() -> impl Strategy<Value = String> {
     ]
 }
 
+/// An ingest message of the right shape with arbitrary values, so the write gate's checks are what is reached.
+fn ingest_message() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, serde_json::Value::Number)),
+        texty().prop_map(serde_json::Value::from),
+        prop::sample::select(vec![
+            "org",
+            "project",
+            "task",
+            "agent_private",
+            "semantic",
+            "procedural",
+            "entity_profile",
+            "human",
+            "file",
+            "tool_output",
+            "verified",
+            "untrusted",
+            "restricted",
+            "2030-01-01T00:00:00Z"
+        ])
+        .prop_map(serde_json::Value::from),
+    ];
+    let fields = [
+        "content",
+        "memory_type",
+        "scope",
+        "confidence",
+        "project_id",
+        "task_id",
+        "agent_id",
+        "sensitivity",
+        "created_at",
+        "expires_at",
+        "file_path",
+        "context",
+    ];
+    let memory = (prop::collection::vec((prop::sample::select(fields.to_vec()), value.clone()), 0..8), value).prop_map(
+        |(pairs, trust)| {
+            let mut m: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
+            m.insert("content".into(), "a fact".into());
+            m.insert("memory_type".into(), "semantic".into());
+            m.insert("scope".into(), "org".into());
+            m.insert(
+                "provenance".into(),
+                serde_json::json!({"source_kind": "human", "source_ref": "x", "trust_level": trust}),
+            );
+            m.insert("taxonomy".into(), serde_json::json!(["a/b"]));
+            m.insert("entities".into(), serde_json::json!([{"name": "n", "kind": "k"}]));
+            for (k, v) in pairs {
+                m.insert(k.to_string(), v);
+            }
+            serde_json::Value::Object(m)
+        },
+    );
+    (prop::collection::vec(memory, 0..4), texty()).prop_map(|(memories, batch_id)| {
+        serde_json::json!({"organization_id": Uuid::nil(), "batch_id": batch_id, "memories": memories}).to_string()
+    })
+}
+
 proptest! {
+    #[test]
+    fn fuzz_ingest_messages_reach_the_write_gate(message in ingest_message()) {
+        if let Ok(batch) = serde_json::from_str::<IngestBatch>(&message) {
+            let _ = crate::ingest::check(&batch);
+        }
+    }
+
     #[test]
     fn fuzz_ingest_and_job_messages(bytes in proptest::collection::vec(any::<u8>(), 0..2048), text in texty()) {
         for input in [bytes.as_slice(), text.as_bytes()] {
