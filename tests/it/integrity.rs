@@ -609,3 +609,27 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
     let actions: Vec<&str> = held.iter().map(|h| h.action.as_str()).collect();
     assert_eq!(actions, vec!["merge", "lower_confidence", "supersede"]);
 }
+
+/// A merge hands the deferred pairs of its sources to the merged memory and queues their review: a pair whose
+/// source was superseded could never be reviewed.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_merge_hands_its_sources_deferred_pairs_to_the_merged_memory(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let a = memory(org, "The API listens on port 8080").insert(&db).await;
+    let b = memory(org, "API port: 8080").insert(&db).await;
+    let c = memory(org, "The API port is 8080 in staging").insert(&db).await;
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    store::dedup::defer_pair(&mut *tx, org, a.id, c.id, 0.9).await.unwrap();
+    tx.commit().await.unwrap();
+
+    Deduper::new(Arc::new(dedup_model("merge")), None).review_cluster(&db.app, org, &[pair(&a, &b)]).await.unwrap();
+
+    let merged = reload(&db, org, a.id).await.superseded_by.expect("a was merged");
+    let (first, second) = if merged < c.id { (merged, c.id) } else { (c.id, merged) };
+    let (decision, _) = dedup_decision(&db, org, first, second).await;
+    assert_eq!(decision, DedupDecision::Deferred, "the merged memory took over a's pair with c");
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let unsent = store::jobs::unsent_counts(&mut *tx, org).await.unwrap();
+    assert_eq!(unsent, vec![("memory_dedup_review".to_string(), 1)], "its review is queued");
+}
