@@ -144,23 +144,12 @@ impl LlmConfig {
     }
 }
 
-/// A whole number read like [`parsed_or`] that must lie in `range`.
-pub fn whole_in_range(
-    name: &'static str,
-    default: i64,
-    range: std::ops::RangeInclusive<i64>,
-) -> Result<i64, ConfigError> {
-    let value = parsed_or(name, default)?;
-    if range.contains(&value) {
-        Ok(value)
-    } else {
-        let reason = format!("must be between {} and {}", range.start(), range.end());
-        Err(ConfigError::Invalid { name, value: value.to_string(), reason })
-    }
-}
-
 /// A number read like [`parsed_or`] that must lie in `range`.
-pub fn in_range(name: &'static str, default: f64, range: std::ops::RangeInclusive<f64>) -> Result<f64, ConfigError> {
+pub fn in_range<T>(name: &'static str, default: T, range: std::ops::RangeInclusive<T>) -> Result<T, ConfigError>
+where
+    T: FromStr + PartialOrd + std::fmt::Display,
+    T::Err: std::fmt::Display,
+{
     let value = parsed_or(name, default)?;
     if range.contains(&value) {
         Ok(value)

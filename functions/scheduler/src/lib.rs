@@ -51,7 +51,7 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
         Task::LifecycleSweep => {
             let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("lifecycle_sweep needs MEMORY_DATABASE_URL"))?;
             let default = sweep::DEFAULT_CANDIDATE_BOUND.num_minutes();
-            let bound = config::whole_in_range("MEMORY_CANDIDATE_BOUND_MINUTES", default, 0..=525_600)?;
+            let bound = config::in_range("MEMORY_CANDIDATE_BOUND_MINUTES", default, 0..=525_600)?;
             let report = sweep::run(pool, chrono::TimeDelta::minutes(bound)).await?;
             let sent = relay.sweep().await?;
             serde_json::json!({

@@ -18,8 +18,7 @@ use crate::Worker;
 pub fn scanner() -> anyhow::Result<FileScanner> {
     let max_bytes = config::parsed_or("MEMORY_FILE_MAX_BYTES", DEFAULT_MAX_FILE_BYTES)?;
     let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?).with_max_bytes(max_bytes));
-    let grace =
-        config::whole_in_range("MEMORY_FILE_MISSING_GRACE_HOURS", DEFAULT_MISSING_GRACE.num_hours(), 0..=87_600)?;
+    let grace = config::in_range("MEMORY_FILE_MISSING_GRACE_HOURS", DEFAULT_MISSING_GRACE.num_hours(), 0..=87_600)?;
     Ok(FileScanner::new(reader).with_missing_grace(chrono::TimeDelta::hours(grace)))
 }
 

@@ -29,17 +29,7 @@ pub async fn ensure_path(conn: &mut PgConnection, organization_id: Uuid, path: &
         .await?;
         parent = Some(match inserted {
             Some(id) => id,
-            None => {
-                sqlx::query_scalar(
-                    "SELECT id FROM memory_taxonomy_node \
-                     WHERE organization_id = $1 AND parent_id IS NOT DISTINCT FROM $2 AND name = $3",
-                )
-                .bind(organization_id)
-                .bind(parent)
-                .bind(name)
-                .fetch_one(&mut *conn)
-                .await?
-            }
+            None => child(&mut *conn, organization_id, parent, name).await?.ok_or(sqlx::Error::RowNotFound)?,
         });
     }
     Ok(parent.expect("a path has at least one name"))
@@ -49,21 +39,30 @@ pub async fn ensure_path(conn: &mut PgConnection, organization_id: Uuid, path: &
 pub async fn find_path(conn: &mut PgConnection, organization_id: Uuid, path: &[String]) -> sqlx::Result<Option<Uuid>> {
     let mut parent: Option<Uuid> = None;
     for name in path {
-        let found: Option<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM memory_taxonomy_node \
-             WHERE organization_id = $1 AND parent_id IS NOT DISTINCT FROM $2 AND name = $3",
-        )
-        .bind(organization_id)
-        .bind(parent)
-        .bind(name)
-        .fetch_optional(&mut *conn)
-        .await?;
-        match found {
+        match child(&mut *conn, organization_id, parent, name).await? {
             Some(id) => parent = Some(id),
             None => return Ok(None),
         }
     }
     Ok(parent)
+}
+
+/// The node named `name` under `parent` (None: a root), if there is one.
+async fn child(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    parent: Option<Uuid>,
+    name: &str,
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT id FROM memory_taxonomy_node \
+         WHERE organization_id = $1 AND parent_id IS NOT DISTINCT FROM $2 AND name = $3",
+    )
+    .bind(organization_id)
+    .bind(parent)
+    .bind(name)
+    .fetch_optional(conn)
+    .await
 }
 
 /// How many nodes the organisation's taxonomy has.

@@ -29,7 +29,7 @@ async fn main() -> anyhow::Result<()> {
         workers::serve(job, &services, poller)?;
     }
     // The schedules of a deployment, closer together: the outbox sweep every 5 s, the lifecycle sweep every minute.
-    let bound = chrono::TimeDelta::minutes(memory_core::config::whole_in_range(
+    let bound = chrono::TimeDelta::minutes(memory_core::config::in_range(
         "MEMORY_CANDIDATE_BOUND_MINUTES",
         sweep::DEFAULT_CANDIDATE_BOUND.num_minutes(),
         0..=525_600,
