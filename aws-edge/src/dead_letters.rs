@@ -1,5 +1,6 @@
 //! Dead-letter queues: the messages a worker failed until SQS gave up on them, listed with why they are there
-//! (their bodies and receive counts), and sent back to their queue to be tried again once the cause is fixed.
+//! (their bodies and receive counts), and sent back to their queue to be tried again once the cause is fixed; and
+//! how many messages a queue holds.
 
 use aws_sdk_sqs::{Client, types::MessageSystemAttributeName, types::QueueAttributeName};
 
@@ -13,6 +14,31 @@ pub struct DeadLetter {
     /// How often a worker received it before SQS moved it here.
     pub receive_count: u32,
     pub body: String,
+}
+
+/// Messages on a queue: waiting to be received, and received but not yet deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    pub waiting: u64,
+    pub in_flight: u64,
+}
+
+/// How many messages a queue (a job queue or a dead-letter queue) holds.
+pub async fn depth(sqs: &Client, queue_url: &str) -> anyhow::Result<Depth> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    let number = |a: &QueueAttributeName| attributes.get(a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    Ok(Depth {
+        waiting: number(&QueueAttributeName::ApproximateNumberOfMessages),
+        in_flight: number(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    })
 }
 
 /// The URL of the dead-letter queue of `queue_url` (from its redrive policy), if it has one.

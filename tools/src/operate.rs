@@ -121,7 +121,6 @@ pub async fn ingest_directly(
 
 /// Prints each configured queue's depth and its dead-letter queue's, and what waits in the outboxes.
 pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
     let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
     println!("{:<28} {:>9} {:>9} {:>9}", "queue", "waiting", "in flight", "dead");
     for job in JobType::ALL {
@@ -129,27 +128,12 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
             println!("{:<28} (not configured: {})", job.as_str(), job.queue_variable());
             continue;
         };
-        let attributes = sqs
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await?
-            .attributes
-            .unwrap_or_default();
-        let number = |a: &A| attributes.get(a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let depth = dead_letters::depth(&sqs, &url).await?;
         let dead = match dead_letters::queue_of(&sqs, &url).await? {
-            Some(dead) => queue_depth(&sqs, &dead).await?,
+            Some(dead) => dead_letters::depth(&sqs, &dead).await?.waiting,
             None => 0,
         };
-        println!(
-            "{:<28} {:>9} {:>9} {:>9}",
-            job.as_str(),
-            number(&A::ApproximateNumberOfMessages),
-            number(&A::ApproximateNumberOfMessagesNotVisible),
-            dead
-        );
+        println!("{:<28} {:>9} {:>9} {:>9}", job.as_str(), depth.waiting, depth.in_flight, dead);
     }
     // Per organisation, under its own setting: the owner need not bypass row-level security.
     let (mut jobs, mut events, mut held, mut undecided) = (0, 0, 0, 0);
@@ -167,22 +151,6 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
         "held for review: {held} decisions (memory-admin review --org ...); candidates undecided after 15 min: {undecided}"
     );
     Ok(())
-}
-
-/// Messages waiting on a queue.
-async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<u64> {
-    let attributes = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
-        .send()
-        .await?
-        .attributes
-        .unwrap_or_default();
-    Ok(attributes
-        .get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
 }
 
 /// Lists (or, with `redrive`, sends back) the messages on the dead-letter queues of every job's queue, or of one

@@ -140,22 +140,10 @@ fn admin_pool() -> anyhow::Result<PgPool> {
 
 /// Messages waiting or in flight on the job queues (not their dead-letter queues).
 async fn in_queues(sqs: &aws_sdk_sqs::Client) -> anyhow::Result<u64> {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
     let mut total = 0;
     for job in JobType::ALL {
-        let url = memory_core::config::required(job.queue_variable())?;
-        let attributes = sqs
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .send()
-            .await?
-            .attributes
-            .unwrap_or_default();
-        for a in [A::ApproximateNumberOfMessages, A::ApproximateNumberOfMessagesNotVisible] {
-            total += attributes.get(&a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        }
+        let depth = dead_letters::depth(sqs, &memory_core::config::required(job.queue_variable())?).await?;
+        total += depth.waiting + depth.in_flight;
     }
     Ok(total)
 }
