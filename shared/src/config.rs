@@ -46,6 +46,10 @@ pub struct DatabaseConfig {
     /// Named prepared statements cached per connection (`MEMORY_DB_STATEMENT_CACHE`, 100; 0 sends every statement
     /// unnamed, for a proxy that would pin a session holding named statements).
     pub statement_cache: usize,
+    /// CA certificates the server's must chain to (`MEMORY_DB_SSL_ROOT_CERT`, a PEM file, beside the public roots):
+    /// when set, every connection is TLS with `verify-full` (chain and host name checked). The deployed functions
+    /// name the RDS CA bundle the layer carries.
+    pub ssl_root_cert: Option<PathBuf>,
 }
 
 impl DatabaseConfig {
@@ -62,6 +66,7 @@ impl DatabaseConfig {
             max_connections: parsed_or("MEMORY_DB_MAX_CONNECTIONS", 4)?,
             acquire_timeout: Duration::from_millis(parsed_or("MEMORY_DB_ACQUIRE_TIMEOUT_MS", 3000)?),
             statement_cache: parsed_or("MEMORY_DB_STATEMENT_CACHE", 100)?,
+            ssl_root_cert: std::env::var_os("MEMORY_DB_SSL_ROOT_CERT").filter(|v| !v.is_empty()).map(PathBuf::from),
         })
     }
 }

@@ -3,7 +3,7 @@
 pub use sqlx::PgPool;
 
 use secrecy::ExposeSecret;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 
 use crate::config::{ConfigError, DatabaseConfig};
 
@@ -11,7 +11,20 @@ pub fn pool(config: &DatabaseConfig) -> Result<PgPool, ConfigError> {
     let options: PgConnectOptions = config.url.expose_secret().parse().map_err(|e: sqlx::Error| {
         ConfigError::Invalid { name: "MEMORY_DATABASE_URL", value: "<redacted>".into(), reason: e.to_string() }
     })?;
-    Ok(pool_with(options, config))
+    Ok(pool_with(verified(options, config)?, config))
+}
+
+/// The options with `verify-full` TLS against the configured CA certificates, when there are some.
+fn verified(options: PgConnectOptions, config: &DatabaseConfig) -> Result<PgConnectOptions, ConfigError> {
+    let Some(ca) = &config.ssl_root_cert else { return Ok(options) };
+    if !ca.is_file() {
+        return Err(ConfigError::Invalid {
+            name: "MEMORY_DB_SSL_ROOT_CERT",
+            value: ca.display().to_string(),
+            reason: "no such file".into(),
+        });
+    }
+    Ok(options.ssl_mode(PgSslMode::VerifyFull).ssl_root_cert(ca))
 }
 
 pub fn pool_with(options: PgConnectOptions, config: &DatabaseConfig) -> PgPool {

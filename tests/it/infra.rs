@@ -142,3 +142,126 @@ fn every_job_has_its_queue_worker_function_binary_and_local_queue() {
         assert!(local_queues.contains(&local), "scripts/aws_resources.py lacks {local}");
     }
 }
+
+/// Every function verifies the database's certificate: the CA bundle is a layer of every function and
+/// `MEMORY_DB_SSL_ROOT_CERT` names the file `make package` puts in it.
+#[test]
+fn every_function_verifies_the_database_certificate_against_the_packaged_bundle() {
+    let template = template();
+    let globals = &template["Globals"]["Function"];
+    let bundle = globals["Environment"]["Variables"]["MEMORY_DB_SSL_ROOT_CERT"].as_str().expect("the CA bundle's path");
+    let layers = globals["Layers"].as_array().expect("layers every function has");
+    let layer = layers.iter().find_map(target).expect("a layer of every function");
+    let content = &template["Resources"][layer]["Properties"]["ContentUri"];
+    assert_eq!(content, "../target/lambda-layers/rds-ca.zip", "the CA layer is the packaged one");
+    let package = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/package.sh")).unwrap();
+    let (folder, file) = bundle.strip_prefix("/opt/").and_then(|p| p.split_once('/')).expect("a file under /opt");
+    assert!(package.contains(&format!("layer/{folder}/{file}")), "make package writes {bundle} into the layer");
+    for (name, function) in resources_of(&template, "AWS::Serverless::Function") {
+        let own = &function["Properties"]["Environment"]["Variables"]["MEMORY_DB_SSL_ROOT_CERT"];
+        assert!(own.is_null(), "{name} keeps the global CA bundle");
+    }
+}
+
+/// Connections verify the database: against a TLS front of the local server (answering PostgreSQL's SSLRequest
+/// with a certificate for "localhost" from a CA of the test's own, as RDS does with its CA), a pool configured with
+/// that CA connects, and refuses a server its CA did not sign or whose certificate names another host.
+mod database_tls {
+    use std::{path::PathBuf, sync::Arc};
+
+    use memory_core::{config::DatabaseConfig, db};
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    use sqlx::postgres::PgConnectOptions;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
+
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+    struct Ca {
+        params: CertificateParams,
+        key: KeyPair,
+    }
+
+    impl Ca {
+        fn new() -> Self {
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            Self { params, key: KeyPair::generate().unwrap() }
+        }
+
+        /// The CA certificate as a PEM file.
+        fn file(&self) -> PathBuf {
+            let path = std::env::temp_dir().join(format!("memory-test-ca-{}.pem", uuid::Uuid::new_v4()));
+            std::fs::write(&path, self.params.clone().self_signed(&self.key).unwrap().pem()).unwrap();
+            path
+        }
+    }
+
+    /// Listens on 127.0.0.1 as a TLS PostgreSQL server presenting a certificate for `localhost` signed by `ca`,
+    /// relaying the decrypted protocol to the local server.
+    async fn tls_front(ca: &Ca) -> u16 {
+        let upstream: PgConnectOptions = std::env::var("MEMORY_ADMIN_DATABASE_URL").unwrap().parse().unwrap();
+        let upstream = upstream.get_port();
+        let issuer = ca.params.clone().self_signed(&ca.key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".to_string()]).unwrap().signed_by(&key, &issuer, &ca.key);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.unwrap().der().clone()], PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 8];
+                    if client.read_exact(&mut request).await.is_err() || request != SSL_REQUEST {
+                        return; // this front speaks TLS only
+                    }
+                    client.write_all(b"S").await.ok();
+                    let Ok(mut tls) = acceptor.accept(client).await else { return };
+                    let mut server = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+                    tokio::io::copy_bidirectional(&mut tls, &mut server).await.ok();
+                });
+            }
+        });
+        port
+    }
+
+    /// One query through a pool configured as a deployed function's: the secret's URL (`sslmode=require`) to
+    /// `host`, with `ca` as `MEMORY_DB_SSL_ROOT_CERT`.
+    async fn query(host: &str, port: u16, ca: Option<PathBuf>) -> Result<i32, sqlx::Error> {
+        let url = format!("postgres://postgres@{host}:{port}/postgres?sslmode=require");
+        let pool = db::pool(&DatabaseConfig { ssl_root_cert: ca, ..DatabaseConfig::with_url(url.into()).unwrap() });
+        sqlx::query_scalar("SELECT 1").fetch_one(&pool.unwrap()).await
+    }
+
+    #[tokio::test]
+    async fn a_configured_ca_makes_every_connection_verify_the_servers_chain_and_name() {
+        let ca = Ca::new();
+        let port = tls_front(&ca).await;
+        let ours = ca.file();
+        assert_eq!(query("localhost", port, Some(ours.clone())).await.unwrap(), 1, "verify-full connects");
+
+        // Without a CA (sslmode=require alone) nothing is verified: the address the certificate does not name connects.
+        assert_eq!(query("127.0.0.1", port, None).await.unwrap(), 1);
+        let wrong_name = query("127.0.0.1", port, Some(ours.clone())).await.expect_err("the certificate names localhost");
+        assert!(format!("{wrong_name:?}").contains("NotValidForName"), "{wrong_name:?}");
+        let stranger = Ca::new().file();
+        let unknown = query("localhost", port, Some(stranger.clone())).await.expect_err("a CA that signed nothing here");
+        assert!(format!("{unknown:?}").contains("InvalidCertificate"), "{unknown:?}");
+        for file in [ours, stranger] {
+            std::fs::remove_file(file).ok();
+        }
+
+        let url = "postgres://x@localhost/db".to_string().into();
+        let missing = DatabaseConfig { ssl_root_cert: Some("/nonexistent/ca.pem".into()), ..DatabaseConfig::with_url(url).unwrap() };
+        let refused = db::pool(&missing).expect_err("a CA file that is not there");
+        assert!(refused.to_string().contains("MEMORY_DB_SSL_ROOT_CERT"), "{refused}");
+    }
+}
