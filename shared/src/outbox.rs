@@ -15,7 +15,10 @@ use uuid::Uuid;
 
 use crate::{
     jobs::{JobType, QueuedJob},
-    store::{self, outbox::OutboxEvent},
+    store::{
+        self,
+        outbox::{OutboxEvent, Sweep},
+    },
 };
 
 /// Events per claim and per publish call (EventBridge's PutEvents limit).
@@ -68,6 +71,11 @@ impl OutboxRelay {
     pub fn with_sweep_organizations(mut self, organizations: i64) -> Self {
         self.sweep_organizations = organizations.max(1);
         self
+    }
+
+    /// Organisations one scheduled sweep visits at most (the lifecycle sweep and the prune take as many).
+    pub fn sweep_organizations(&self) -> i64 {
+        self.sweep_organizations
     }
 
     /// Also sends the job outbox to `jobs`.
@@ -156,7 +164,7 @@ impl OutboxRelay {
     /// first), so every organisation is visited within a bounded number of sweeps however many there are.
     pub async fn sweep(&self) -> crate::Result<SweepReport> {
         let mut report = SweepReport::default();
-        for organization_id in store::outbox::next_to_sweep(&self.pool, self.sweep_organizations).await? {
+        for organization_id in store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, self.sweep_organizations).await? {
             match self.flush(organization_id).await {
                 Ok(n) => report.published += n,
                 Err(error) => {

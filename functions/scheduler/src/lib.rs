@@ -12,6 +12,8 @@
 //!   connection (`MEMORY_ADMIN_DATABASE_URL` or its secret), deployed as a separate function with its own role;
 //!   `migrate` also sets the `memory_app` role's password from `MEMORY_APP_PASSWORD_SECRET_ARN` and the embedding
 //!   column's dimension from `MEMORY_EMBEDDING_DIMENSIONS` when given.
+//!
+//! The sweeps and the prune each visit at most `MEMORY_SWEEP_ORGANIZATIONS` organisations per run, in turn.
 
 use memory_core::{
     config::{self, DatabaseConfig},
@@ -52,7 +54,7 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
             let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("lifecycle_sweep needs MEMORY_DATABASE_URL"))?;
             let default = sweep::DEFAULT_CANDIDATE_BOUND.num_minutes();
             let bound = config::in_range("MEMORY_CANDIDATE_BOUND_MINUTES", default, 0..=525_600)?;
-            let report = sweep::run(pool, chrono::TimeDelta::minutes(bound)).await?;
+            let report = sweep::run(pool, chrono::TimeDelta::minutes(bound), relay.sweep_organizations()).await?;
             let sent = relay.sweep().await?;
             serde_json::json!({
                 "reviews_queued": report.reviews_queued,
@@ -61,8 +63,8 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
             })
         }
         Task::Prune => {
-            let (pool, _) = app.ok_or_else(|| anyhow::anyhow!("prune needs MEMORY_DATABASE_URL"))?;
-            let report = sweep::prune(pool).await?;
+            let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("prune needs MEMORY_DATABASE_URL"))?;
+            let report = sweep::prune(pool, relay.sweep_organizations()).await?;
             serde_json::json!({
                 "events": report.events, "jobs": report.jobs, "batches": report.batches, "pairs": report.pairs,
             })

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::contradiction::PROMOTION_CONFIDENCE;
 use crate::{
     jobs::{DedupReviewJob, JobType},
-    store::{self, transitions},
+    store::{self, outbox::Sweep, transitions},
 };
 
 /// How long a candidate may wait for its contradiction check (`MEMORY_CANDIDATE_BOUND_MINUTES`): longer than SQS
@@ -29,10 +29,11 @@ pub struct SweepReport {
     pub promoted_unchecked: usize,
 }
 
-/// One pass over every organisation.
-pub async fn run(pool: &PgPool, candidate_bound: TimeDelta) -> crate::Result<SweepReport> {
+/// One pass over the next `organizations` organisations, least recently swept first (every organisation is visited
+/// within a bounded number of runs however many there are).
+pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) -> crate::Result<SweepReport> {
     let mut report = SweepReport::default();
-    for organization_id in in_turn(store::outbox::organizations(pool).await?) {
+    for organization_id in store::outbox::next_to_sweep(pool, Sweep::Lifecycle, organizations).await? {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         // Promotion first: the promoted memories' pairs are then reviewable now.
         report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
@@ -57,17 +58,6 @@ pub(crate) async fn queue_review_if_due(
     let body = serde_json::to_value(DedupReviewJob::deferred(organization_id)).expect("a job serialises");
     store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryDedupReview, body).await?;
     Ok(true)
-}
-
-/// The organisations, starting at another one each hour: a run that the function's timeout cuts short leaves
-/// others out next time, not always the same.
-fn in_turn(mut organizations: Vec<Uuid>) -> Vec<Uuid> {
-    if !organizations.is_empty() {
-        let hour = chrono::Utc::now().timestamp() / 3600;
-        let start = (hour as usize) % organizations.len();
-        organizations.rotate_left(start);
-    }
-    organizations
 }
 
 /// Decides the candidates that waited longer than `bound` for their contradiction check, by rule: promoted unchecked
@@ -120,13 +110,13 @@ pub struct PruneReport {
     pub pairs: u64,
 }
 
-/// Deletes, organisation by organisation, what is kept no longer: events published and jobs sent more than
-/// [`OUTBOX_RETENTION`] ago, batch records older than [`BATCH_RETENTION`], and dedup pairs one of whose memories is
-/// no longer current, settled more than [`PAIR_RETENTION`] ago.
-pub async fn prune(pool: &PgPool) -> crate::Result<PruneReport> {
+/// Deletes, in the next `organizations` organisations (least recently pruned first), what is kept no longer: events
+/// published and jobs sent more than [`OUTBOX_RETENTION`] ago, batch records older than [`BATCH_RETENTION`], and
+/// dedup pairs one of whose memories is no longer current, settled more than [`PAIR_RETENTION`] ago.
+pub async fn prune(pool: &PgPool, organizations: i64) -> crate::Result<PruneReport> {
     let now = chrono::Utc::now();
     let mut report = PruneReport::default();
-    for organization_id in in_turn(store::outbox::organizations(pool).await?) {
+    for organization_id in store::outbox::next_to_sweep(pool, Sweep::Prune, organizations).await? {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         report.events += store::outbox::prune_published(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
         report.jobs += store::jobs::prune_sent(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;

@@ -90,15 +90,37 @@ pub async fn organizations(executor: impl PgExecutor<'_>) -> sqlx::Result<Vec<Uu
         .await
 }
 
-/// The next `limit` organisations for the scheduled sweep, least recently swept first, stamped as swept now (a
-/// concurrent sweep takes others).
-pub async fn next_to_sweep(executor: impl PgExecutor<'_>, limit: i64) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
-        "UPDATE domain_event_outbox_org o SET swept_at = now() FROM (\
-             SELECT organization_id FROM domain_event_outbox_org ORDER BY swept_at NULLS FIRST, organization_id \
+/// A scheduled task that visits the organisations in turns, each with its own stamp in `domain_event_outbox_org`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// The outbox relay's sweep.
+    Outbox,
+    /// The lifecycle sweep (reviews due, undecided candidates).
+    Lifecycle,
+    /// The prune of old outbox, batch and pair rows.
+    Prune,
+}
+
+impl Sweep {
+    fn stamp(self) -> &'static str {
+        match self {
+            Sweep::Outbox => "swept_at",
+            Sweep::Lifecycle => "lifecycle_swept_at",
+            Sweep::Prune => "pruned_at",
+        }
+    }
+}
+
+/// The next `limit` organisations for `sweep`, least recently visited by it first, stamped as visited now (a
+/// concurrent run takes others).
+pub async fn next_to_sweep(executor: impl PgExecutor<'_>, sweep: Sweep, limit: i64) -> sqlx::Result<Vec<Uuid>> {
+    let stamp = sweep.stamp();
+    sqlx::query_scalar(&format!(
+        "UPDATE domain_event_outbox_org o SET {stamp} = now() FROM (\
+             SELECT organization_id FROM domain_event_outbox_org ORDER BY {stamp} NULLS FIRST, organization_id \
              LIMIT $1 FOR UPDATE SKIP LOCKED) next \
          WHERE o.organization_id = next.organization_id RETURNING o.organization_id",
-    )
+    ))
     .bind(limit)
     .fetch_all(executor)
     .await

@@ -34,12 +34,12 @@ async fn main() -> anyhow::Result<()> {
         sweep::DEFAULT_CANDIDATE_BOUND.num_minutes(),
         0..=525_600,
     )?);
-    let pool = services.pool.clone();
+    let (pool, organizations) = (services.pool.clone(), relay.sweep_organizations());
     tasks.spawn(async move {
         for tick in 1u64.. {
             tokio::time::sleep(Duration::from_secs(5)).await;
             if tick % 12 == 0
-                && let Err(error) = sweep::run(&pool, bound).await
+                && let Err(error) = sweep::run(&pool, bound, organizations).await
             {
                 tracing::warn!(%error, "lifecycle sweep failed");
             }

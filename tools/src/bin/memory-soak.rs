@@ -15,6 +15,7 @@ use memory_core::{
     domain::{Memory, Readership, readership::forbids_replacing},
     jobs::JobType,
     lifecycle::sweep,
+    outbox::DEFAULT_SWEEP_ORGANIZATIONS,
     store,
 };
 use serde_json::json;
@@ -176,7 +177,7 @@ async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Resu
         violations.push("the flow did not settle in time".into());
     }
     // The schedule's backstop, with no grace: whatever the messages left undecided is decided now.
-    let swept = sweep::run(&app, chrono::TimeDelta::zero()).await?;
+    let swept = sweep::run(&app, chrono::TimeDelta::zero(), DEFAULT_SWEEP_ORGANIZATIONS).await?;
     if !settle(&sqs, &admin, wait).await? {
         violations.push("the flow did not settle after the sweep".into());
     }
