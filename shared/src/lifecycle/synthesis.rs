@@ -132,7 +132,8 @@ impl EntitySynthesizer {
                 .await?;
             let mut profile = profile_memory(&partition, entity_id, summary.trim());
             profile.embedding = self.models.embed(&profile.content).await?;
-            prepared.push((partition, profile));
+            let written_from: Vec<Uuid> = chosen.iter().map(|m| m.id).collect();
+            prepared.push((partition, profile, written_from));
         }
 
         let mut tx = store::begin_for_org(pool, organization_id).await?;
@@ -145,7 +146,7 @@ impl EntitySynthesizer {
         let keys_now: Vec<String> = partitions_now.iter().map(|p| p.readership.to_string()).collect();
         let current = store::entities::partition_profiles(&mut *tx, organization_id, entity_id).await?;
         let mut written = 0;
-        for (partition, profile) in prepared {
+        for (partition, profile, written_from) in prepared {
             if is_current(&current, &partition) {
                 continue; // another delivery wrote this partition meanwhile
             }
@@ -178,6 +179,7 @@ impl EntitySynthesizer {
                 "memory_id": profile.id,
                 "readership": key,
                 "source_count": partition.sources.len(),
+                "sources": written_from,
                 "replaces": previous,
             });
             store::outbox::append(&mut *tx, organization_id, "entity.synthesized", payload).await?;

@@ -12,7 +12,10 @@ use aws_edge::dead_letters;
 use clap::{Parser, Subcommand};
 use memory_core::{
     db,
-    domain::{Memory, Readership, readership::forbids_replacing},
+    domain::{
+        Memory, Readership,
+        readership::{derived_trust, forbids_replacing},
+    },
     jobs::JobType,
     lifecycle::sweep,
     outbox::DEFAULT_SWEEP_ORGANIZATIONS,
@@ -249,6 +252,33 @@ async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Resu
             violations.push(format!("{} replaced {} against the rules: {why}", winner.id, loser.id));
         }
     }
+    // Every profile this run wrote: no reader who could not read each memory it was written from, no more trust
+    // than any of them.
+    let profiles: Vec<(Uuid, Vec<Uuid>)> = sqlx::query_as(
+        "SELECT (payload->>'memory_id')::uuid, ARRAY(SELECT jsonb_array_elements_text(payload->'sources'))::uuid[] \
+         FROM domain_event_outbox WHERE organization_id = $1 AND event_type = 'entity.synthesized' \
+         AND created_at >= to_timestamp($2)",
+    )
+    .bind(ORG)
+    .bind(run.parse::<f64>().context("the run is the Unix time it started")?)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (profile, sources) in &profiles {
+        let profile = store::memories::get(&mut *tx, ORG, *profile).await?.context("a profile is gone")?;
+        if sources.is_empty() {
+            violations.push(format!("profile {} names no sources", profile.id));
+        }
+        for source in sources {
+            let source = store::memories::get(&mut *tx, ORG, *source).await?.context("a profile's source is gone")?;
+            if !Readership::of(&source).reaches(&Readership::of(&profile)) {
+                violations.push(format!("profile {} has readers its source {} has not", profile.id, source.id));
+            }
+            let trust = profile.provenance.trust_level;
+            if derived_trust([trust, source.provenance.trust_level]) != trust {
+                violations.push(format!("profile {} is trusted more than its source {}", profile.id, source.id));
+            }
+        }
+    }
     let held = store::review::pending(&mut *tx, ORG).await?.len();
     let pairs =
         count(&mut tx, "SELECT count(*) FROM memory_dedup_pair WHERE organization_id = $1 AND decision <> 'deferred'")
@@ -275,8 +305,9 @@ async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Resu
     }
     println!(
         "soak {run}: {sent} batches sent ({refused} refused by design), {stored} memories, {pairs} dedup pairs decided, \
-         {held} decisions held, {} decisions by the sweep, {leased} pairs in a review's lease, {events} events, {} faults \
+         {} profiles written, {held} decisions held, {} decisions by the sweep, {leased} pairs in a review's lease, {events} events, {} faults \
          injected, {dead} dead letters, {} violations",
+        profiles.len(),
         swept.promoted_unchecked + swept.reviews_queued,
         faults + 1,
         violations.len()
