@@ -3,6 +3,7 @@
 //! The Lambda functions in `functions/*` translate HTTP requests, SQS messages and scheduled events into calls on
 //! this crate and its results back. Nothing here knows about Lambda, API Gateway or SQS payloads.
 
+pub mod code;
 pub mod config;
 pub mod db;
 pub mod domain;

@@ -115,6 +115,13 @@ pub struct Memory {
     pub file_changed_at: Option<DateTime<Utc>>,
     /// Since when the file is missing (None while it is there); archived after the grace period.
     pub file_missing_since: Option<DateTime<Utc>>,
+    /// The repository a file-backed memory's file belongs to, by name.
+    pub repository: Option<String>,
+    /// The language of its file (`rust`, `python`, `markdown`, ...).
+    pub language: Option<String>,
+    /// The chunk of its file the memory was written from.
+    #[sqlx(json(nullable))]
+    pub anchor: Option<Anchor>,
     #[sqlx(flatten)]
     pub provenance: Provenance,
     pub tags: Vec<String>,
@@ -143,9 +150,26 @@ pub struct NewMemory {
     pub expires_at: Option<DateTime<Utc>>,
     pub file_path: Option<String>,
     pub content_hash: Option<String>,
+    pub repository: Option<String>,
+    pub language: Option<String>,
+    pub anchor: Option<Anchor>,
     pub provenance: Provenance,
     pub tags: Vec<String>,
     pub labels: serde_json::Value,
+}
+
+/// Where a file-backed memory's text sits in its file: the chunk it was written from (`code::chunk`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Anchor {
+    /// The chunk's symbol path (`config::parse`, `Server.handle`) or heading breadcrumb, unique in its file.
+    pub symbol: String,
+    /// The chunk's own hash when last read (None until the first scan, when the producer sent none).
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// First and last line at the last scan, 1-based.
+    pub start_line: u32,
+    pub end_line: u32,
 }
 
 impl NewMemory {
@@ -176,6 +200,9 @@ impl NewMemory {
             expires_at: None,
             file_path: None,
             content_hash: None,
+            repository: None,
+            language: None,
+            anchor: None,
             provenance: Provenance {
                 source_kind: SourceKind::Explicit,
                 source_ref: None,
@@ -197,6 +224,9 @@ impl NewMemory {
             confidence: memory.confidence,
             expires_at: memory.expires_at,
             file_path: memory.file_path.clone(),
+            repository: memory.repository.clone(),
+            language: memory.language.clone(),
+            anchor: memory.anchor.clone(),
             tags: memory.tags.clone(),
             labels: memory.labels.clone(),
             ..Self::new(memory.organization_id, memory.memory_type, content)
@@ -243,6 +273,9 @@ impl Memory {
             file_scan_error: None,
             file_changed_at: None,
             file_missing_since: None,
+            repository: None,
+            language: None,
+            anchor: None,
             provenance: new.provenance,
             tags: Vec::new(),
             labels: serde_json::json!({}),

@@ -1,15 +1,19 @@
 //! The write gate against memory poisoning (spec 001): how far a memory's source is trusted decides its trust
 //! level, and untrusted content never becomes an instruction.
 //!
-//! - `verified` only from a `human`, or from a `file` named by its git blob SHA; any other source's claim of
-//!   `verified` is lowered to `unverified`;
+//! - `verified` only from a `human`, or from a `file` named by its git blob SHA (which the file scan then checks
+//!   against the repository, lowering a memory whose SHA the repository does not have); any other source's claim
+//!   of `verified` is lowered to `unverified`;
 //! - `tool_output` and `external` sources are `untrusted`, whatever the message says;
 //! - untrusted content is never stored as `procedural` or `preference` memory: such a memory is refused (and with
 //!   it its message), rather than silently stored as something else;
 //! - the confidence a producer claims is capped by the trust level: unverified at 0.85, untrusted at 0.5, so
 //!   neither reaches the confidence above which a contradiction supersedes.
 
-use crate::domain::{MemoryType, SourceKind, TrustLevel};
+use crate::{
+    code::reader::is_blob_sha,
+    domain::{MemoryType, SourceKind, TrustLevel},
+};
 
 use super::IngestProvenance;
 
@@ -45,11 +49,6 @@ pub fn forbids_type(memory_type: MemoryType, trust: TrustLevel) -> Option<String
     let instruction = matches!(memory_type, MemoryType::Procedural | MemoryType::Preference);
     (instruction && trust == TrustLevel::Untrusted)
         .then(|| format!("untrusted content is never stored as {memory_type} memory (it would become an instruction)"))
-}
-
-/// A git object id: 40 (SHA-1) or 64 (SHA-256) hexadecimal digits.
-fn is_blob_sha(sha: &str) -> bool {
-    matches!(sha.len(), 40 | 64) && sha.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 #[cfg(test)]

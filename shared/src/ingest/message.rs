@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    domain::{MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
+    domain::{Anchor, MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
     jobs::JobType,
 };
 
@@ -65,6 +65,11 @@ pub struct IngestMemory {
     pub created_at: Option<DateTime<Utc>>,
     /// Makes the memory file-backed: a path in its project's repository, re-checked by the file scan.
     pub file_path: Option<String>,
+    /// The repository of a file-backed memory, by name (at most 200 bytes).
+    pub repository: Option<String>,
+    /// The chunk of the file the memory is written from (`memory-admin import-repo` sends each chunk's); the scan
+    /// then follows that chunk rather than the whole file.
+    pub anchor: Option<Anchor>,
     pub provenance: IngestProvenance,
 }
 

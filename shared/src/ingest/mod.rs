@@ -27,6 +27,7 @@ pub use gate::{admitted_trust, forbids_type, max_confidence};
 pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSION};
 
 use crate::{
+    code::Language,
     config::DEFAULT_WORKER_MODEL_TIMEOUT,
     domain::{MENTION_THRESHOLD, MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
@@ -47,6 +48,8 @@ pub const MAX_ITEMS: usize = 32;
 pub const MAX_TAXONOMY_NODES: i64 = 500;
 /// Longest entity name or kind, and taxonomy node name, in bytes.
 pub const MAX_NAME_BYTES: usize = 200;
+/// The longest anchor symbol, in bytes.
+pub const MAX_ANCHOR_BYTES: usize = 1000;
 /// How far ahead of this clock a producer's `created_at` may be (clock skew).
 pub const MAX_CLOCK_SKEW: chrono::TimeDelta = chrono::TimeDelta::minutes(5);
 /// Cosine similarity from which a new memory and an active one of the same readership are reviewed as
@@ -354,6 +357,20 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
             "a file-backed memory is read no more widely than its project: project, task or agent_private scope".into(),
         );
     }
+    if m.repository.as_ref().is_some_and(|r| r.trim().is_empty() || r.len() > MAX_NAME_BYTES) {
+        return Err(format!("repository must have 1 to {MAX_NAME_BYTES} bytes"));
+    }
+    if let Some(anchor) = &m.anchor {
+        if m.file_path.is_none() {
+            return Err("an anchor needs the file_path it is in".into());
+        }
+        if anchor.symbol.trim().is_empty() || anchor.symbol.len() > MAX_ANCHOR_BYTES {
+            return Err(format!("anchor.symbol must have 1 to {MAX_ANCHOR_BYTES} bytes"));
+        }
+        if anchor.start_line == 0 || anchor.end_line < anchor.start_line {
+            return Err("anchor lines are 1-based and end_line is not before start_line".into());
+        }
+    }
     if m.created_at.is_some_and(|created| created > chrono::Utc::now() + MAX_CLOCK_SKEW) {
         return Err("created_at lies in the future".into());
     }
@@ -419,6 +436,11 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     new.created_at = m.created_at;
     new.expires_at = m.expires_at;
     new.file_path = m.file_path.clone();
+    new.repository = m.repository.as_ref().map(|r| r.trim().to_string());
+    new.language = m.file_path.as_deref().and_then(Language::of_path).map(|l| l.as_str().to_string());
+    new.anchor = m.anchor.clone();
+    // A file's producer names its blob SHA: the scan's baseline, checked against the repository.
+    new.content_hash = m.file_path.as_ref().and(m.provenance.git_blob_sha.clone());
     new.tags = m.tags.clone();
     new.labels = serde_json::to_value(&m.labels).expect("string map");
     new.provenance =

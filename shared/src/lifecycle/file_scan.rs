@@ -1,26 +1,29 @@
 //! The file-backed freshness scan: memories whose content comes from a file in a project's repository are
-//! re-read. An unchanged file marks its memory verified; a memory without a file hash yet (as ingested) takes the
-//! file's hash as its baseline; a changed file marks its memory changed (`file_changed_at`: it stays, returned with
-//! `stale: true`, never replaced by the whole file); a missing file marks it missing (`file_missing_since`, also
-//! stale) and archives it only once it has been missing for the grace period, so a file away for one scan (a sync
-//! in progress) comes back unharmed; a file that matches again clears the marks. A file that cannot be read
-//! (refused, too large, an I/O error) is recorded on the memory. Every scanned row records when it was scanned;
-//! only a database failure fails the scan.
+//! re-read, each file once. A file's hash is its git blob SHA. A whole-file memory (no anchor) is verified while its
+//! file is unchanged; when the file changes it is marked (`file_changed_at`: kept, returned with `stale: true`,
+//! never replaced by the whole file). An anchored memory (a chunk of its file, [`crate::code::chunk`]) is compared
+//! by its own chunk: unchanged -> verified; moved (same text, other lines) -> its anchor's lines updated, no new
+//! version; changed -> a new version with the chunk's new text superseding only that memory (a memory that was not
+//! the chunk's text, a summary say, is marked stale instead); anchor gone -> `missing`. A missing file or anchor is
+//! archived only once it has been missing for the grace period, so a file away for one scan (a sync in progress)
+//! comes back unharmed, and one that matches again clears the marks. Chunks of a scanned file that no memory
+//! anchors (a new or renamed declaration) become memories like their file's others. A memory whose producer named
+//! a blob SHA the repository does not have is lowered to `unverified`, the reason recorded. A file that cannot be
+//! read (refused, too large, an I/O error) is recorded on its memories; only a database failure fails the scan.
 
-use std::{
-    io::Read,
-    path::{Component, Path, PathBuf},
-    sync::Arc,
-};
+use std::{collections::BTreeMap, sync::Arc};
 
-use async_trait::async_trait;
 use chrono::{TimeDelta, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use crate::code::reader::DEFAULT_MAX_FILE_BYTES;
 use crate::{
-    domain::{Memory, MemoryStatus, content_hash},
+    code::{Chunk, FileReader, Language, blob_sha, chunk_file, reader::is_blob_sha},
+    domain::{Anchor, Memory, MemoryStatus, NewMemory, TrustLevel, content_hash},
+    embed::Embedder,
     jobs::{FileScanJob, JobType},
+    lifecycle::embed_optional,
     store::{self, transitions},
 };
 
@@ -28,112 +31,8 @@ use crate::{
 /// scans.
 pub const DEFAULT_MISSING_GRACE: TimeDelta = TimeDelta::hours(72);
 
-/// Largest file read by default, in bytes; a larger file is recorded as refused.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024;
-
-/// Why a file could not be read. Each is recorded on the memory; the scan goes on.
-#[derive(Debug, thiserror::Error)]
-pub enum FileReadError {
-    #[error("refused: {0}")]
-    Refused(String),
-    #[error("refused: the file is larger than {limit} bytes")]
-    TooLarge { limit: u64 },
-    #[error("reading {path}: {source}")]
-    Io { path: String, source: std::io::Error },
-}
-
-/// Reads files of a project's repository. `Ok(None)` means the file does not exist.
-#[async_trait]
-pub trait FileReader: Send + Sync {
-    async fn read(&self, organization_id: Uuid, project_id: Uuid, path: &str)
-    -> Result<Option<Vec<u8>>, FileReadError>;
-}
-
-/// Repositories checked out under one directory, one per organisation and project:
-/// `<root>/<organization_id>/<project_id>/<path>`. A path resolves only inside its own repository: absolute paths,
-/// `..` and symlinks that lead out of it are refused (the repository is opened as a capability-based directory).
-pub struct DirectoryReader {
-    root: PathBuf,
-    max_bytes: u64,
-}
-
-impl DirectoryReader {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into(), max_bytes: DEFAULT_MAX_FILE_BYTES }
-    }
-
-    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
-        self.max_bytes = max_bytes;
-        self
-    }
-
-    /// The repository of a project.
-    fn repository(&self, organization_id: Uuid, project_id: Uuid) -> PathBuf {
-        self.root.join(organization_id.to_string()).join(project_id.to_string())
-    }
-}
-
-/// A stored path must be relative and plain (no `..`, no root); symlinks are checked when the file is opened.
-fn check_relative(path: &str) -> Result<&Path, FileReadError> {
-    let relative = Path::new(path);
-    let plain =
-        !path.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if plain {
-        Ok(relative)
-    } else {
-        Err(FileReadError::Refused(format!("{path:?} is not a path inside the repository")))
-    }
-}
-
-#[async_trait]
-impl FileReader for DirectoryReader {
-    async fn read(
-        &self,
-        organization_id: Uuid,
-        project_id: Uuid,
-        path: &str,
-    ) -> Result<Option<Vec<u8>>, FileReadError> {
-        let relative = check_relative(path)?.to_path_buf();
-        let repository = self.repository(organization_id, project_id);
-        let (max, path) = (self.max_bytes, path.to_string());
-        tokio::task::spawn_blocking(move || read_inside(&repository, &relative, max, &path))
-            .await
-            .map_err(|e| FileReadError::Refused(format!("reader task failed: {e}")))?
-    }
-}
-
-fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Result<Option<Vec<u8>>, FileReadError> {
-    let io = |source: std::io::Error| FileReadError::Io { path: path.to_string(), source };
-    let dir = match cap_std::fs::Dir::open_ambient_dir(repository, cap_std::ambient_authority()) {
-        Ok(dir) => dir,
-        // A missing checkout is a deployment problem, not a deleted file: nothing is archived for it.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(FileReadError::Refused("the project's repository is not checked out".into()));
-        }
-        Err(e) => return Err(io(e)),
-    };
-    let file = match dir.open(relative) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(FileReadError::Refused(format!("{path:?} leads outside the repository or is not readable")));
-        }
-        Err(e) => return Err(io(e)),
-    };
-    let metadata = file.metadata().map_err(io)?;
-    if !metadata.is_file() {
-        return Err(FileReadError::Refused(format!("{path:?} is not a regular file")));
-    }
-    if metadata.len() > max {
-        return Err(FileReadError::TooLarge { limit: max });
-    }
-    let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > max {
-        return Err(FileReadError::TooLarge { limit: max });
-    }
-    Ok(Some(bytes))
-}
+/// How long the scan waits for one embedding of a new version.
+const EMBED_BUDGET: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Organisations with more file-backed memories than this are scanned one project per message.
 pub const LARGE_ORGANIZATION: i64 = 1_000;
@@ -168,34 +67,54 @@ pub async fn schedule_scans(pool: &PgPool) -> crate::Result<usize> {
 pub struct ScanReport {
     pub scanned: usize,
     pub unchanged: usize,
-    /// Memories whose file says something else now (marked, kept).
+    /// Anchored memories whose chunk moved within its file (anchor updated, no new version).
+    pub moved: usize,
+    /// Anchored memories replaced by a new version of their chunk.
+    pub replaced: usize,
+    /// Memories created for chunks no memory anchored.
+    pub added: usize,
+    /// Memories whose file (or chunk) says something else now, marked stale and kept.
     pub changed: usize,
-    /// Memories whose file is missing, within the grace period (marked, kept).
+    /// Memories whose file or anchor is missing, within the grace period (marked, kept).
     pub missing: usize,
-    /// Memories whose file was missing for longer than the grace period.
+    /// Memories whose file or anchor was missing for longer than the grace period.
     pub archived: usize,
+    /// Memories whose producer named a blob SHA the repository does not have (lowered to unverified).
+    pub mismatched: usize,
     /// Memories whose file could not be read (why is recorded on each; they stay as they were).
     pub failed: usize,
 }
 
 pub struct FileScanner {
     reader: Arc<dyn FileReader>,
+    embedder: Option<Arc<dyn Embedder>>,
     missing_grace: TimeDelta,
 }
 
 /// What a scan found for one memory.
 enum Outcome {
-    Unchanged,
-    /// The first read of the file of a memory with no file hash yet.
-    Baseline(String),
+    /// Verified: the file (and chunk) as the memory was written from; `hash` is the file's, `anchor` the chunk's
+    /// place now (the same or moved).
+    Unchanged { hash: String, anchor: Option<Anchor>, moved: bool },
+    /// The memory's chunk has new text: a new version replaces the memory.
+    Replaced { hash: String, chunk: Chunk },
     Changed,
     Missing,
+    /// A blob SHA the producer named is not the file's.
+    Mismatch(String),
     Unreadable(String),
+}
+
+/// A file as read now, and its chunks when they are needed.
+struct ReadFile {
+    path: String,
+    sha: String,
+    chunks: Vec<Chunk>,
 }
 
 impl FileScanner {
     pub fn new(reader: Arc<dyn FileReader>) -> Self {
-        Self { reader, missing_grace: DEFAULT_MISSING_GRACE }
+        Self { reader, embedder: None, missing_grace: DEFAULT_MISSING_GRACE }
     }
 
     /// How long a file may be missing before its memory is archived.
@@ -204,12 +123,23 @@ impl FileScanner {
         self
     }
 
-    /// Scans every active file-backed memory of an organisation, one transaction per memory.
+    /// Embeds the new versions and chunks the scan writes (without one they are stored unembedded).
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+
+    /// The reader the scan reads repositories with (the repository tools read through the same).
+    pub fn reader(&self) -> Arc<dyn FileReader> {
+        self.reader.clone()
+    }
+
+    /// Scans every active file-backed memory of an organisation.
     pub async fn scan(&self, pool: &PgPool, organization_id: Uuid) -> crate::Result<ScanReport> {
         self.scan_project(pool, organization_id, None).await
     }
 
-    /// Scans the active file-backed memories of an organisation, or of one of its projects.
+    /// Scans the active file-backed memories of an organisation, or of one of its projects, a file at a time.
     pub async fn scan_project(
         &self,
         pool: &PgPool,
@@ -219,35 +149,43 @@ impl FileScanner {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let memories = store::memories::active_file_backed(&mut *tx, organization_id, project_id).await?;
         tx.commit().await?;
-        let mut report = ScanReport::default();
+        let mut files: BTreeMap<(Option<Uuid>, String), Vec<Memory>> = BTreeMap::new();
         for memory in memories {
-            report.scanned += 1;
-            let outcome = self.examine(&memory).await;
-            if let Outcome::Unreadable(why) = &outcome {
-                tracing::warn!(memory_id = %memory.id, reason = %why, "file-backed memory could not be scanned");
+            files.entry((memory.project_id, memory.file_path.clone().unwrap_or_default())).or_default().push(memory);
+        }
+        let mut report = ScanReport::default();
+        for ((project, path), memories) in files {
+            report.scanned += memories.len();
+            let Some(project) = project else {
+                let why = "refused: a file-backed memory needs a project";
+                for memory in &memories {
+                    self.apply(pool, memory, Outcome::Unreadable(why.into()), &mut report).await?;
+                }
+                continue;
+            };
+            let file = match self.reader.read(organization_id, project, &path).await {
+                Ok(Some(bytes)) => Some(read_file(&path, &bytes, &memories)),
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(%path, reason = %e, "file-backed memories could not be scanned");
+                    for memory in &memories {
+                        self.apply(pool, memory, Outcome::Unreadable(e.to_string()), &mut report).await?;
+                    }
+                    continue;
+                }
+            };
+            for memory in &memories {
+                let outcome = match &file {
+                    None => Outcome::Missing,
+                    Some(file) => examine(memory, file),
+                };
+                self.apply(pool, memory, outcome, &mut report).await?;
             }
-            self.apply(pool, &memory, outcome, &mut report).await?;
+            if let Some(file) = &file {
+                self.add_unanchored_chunks(pool, &memories, file, &mut report).await?;
+            }
         }
         Ok(report)
-    }
-
-    /// Reads the memory's file and compares it with the hash the memory was written from.
-    async fn examine(&self, memory: &Memory) -> Outcome {
-        let path = memory.file_path.as_deref().unwrap_or_default();
-        let Some(project_id) = memory.project_id else {
-            return Outcome::Unreadable("refused: a file-backed memory needs a project".into());
-        };
-        match self.reader.read(memory.organization_id, project_id, path).await {
-            Ok(None) => Outcome::Missing,
-            // No file hash yet (an ingested memory, often a passage or a summary of its file): this read is the
-            // baseline that later scans compare with.
-            Ok(Some(bytes)) if memory.content_hash.is_none() => Outcome::Baseline(content_hash(&bytes)),
-            Ok(Some(bytes)) if memory.content_hash.as_deref() == Some(content_hash(&bytes).as_str()) => {
-                Outcome::Unchanged
-            }
-            Ok(Some(_)) => Outcome::Changed,
-            Err(e) => Outcome::Unreadable(e.to_string()),
-        }
     }
 
     /// Writes one memory's outcome in its own transaction, after checking that the memory is still the current,
@@ -259,6 +197,10 @@ impl FileScanner {
         outcome: Outcome,
         report: &mut ScanReport,
     ) -> crate::Result<()> {
+        let replacement = match &outcome {
+            Outcome::Replaced { hash, chunk } => Some(self.new_version(memory, hash, chunk).await?),
+            _ => None,
+        };
         let org = memory.organization_id;
         let mut tx = store::begin_for_org(pool, org).await?;
         let Some(current) = transitions::lock(&mut tx, org, &[memory.id]).await?.pop() else { return Ok(()) };
@@ -268,13 +210,22 @@ impl FileScanner {
         let now = Utc::now();
         let id = memory.id;
         match outcome {
-            Outcome::Unchanged | Outcome::Baseline(_) => {
-                if let Outcome::Baseline(hash) = &outcome {
-                    store::memories::set_file_hash(&mut *tx, org, id, hash).await?;
-                }
+            Outcome::Unchanged { hash, anchor, moved } => {
+                store::memories::set_file_state(&mut *tx, org, id, &hash, anchor.as_ref()).await?;
                 store::memories::mark_file(&mut *tx, org, id, false, false, now).await?;
                 store::memories::record_scan(&mut *tx, org, id, now, true, None).await?;
-                report.unchanged += 1;
+                if moved {
+                    report.moved += 1;
+                } else {
+                    report.unchanged += 1;
+                }
+            }
+            Outcome::Replaced { .. } => {
+                let new = replacement.expect("a replacement was prepared");
+                let created = transitions::create(&mut tx, &new, &[id]).await?;
+                transitions::supersede(&mut tx, org, id, created.id, "file_changed").await?;
+                store::memories::record_scan(&mut *tx, org, created.id, now, true, None).await?;
+                report.replaced += 1;
             }
             Outcome::Changed => {
                 store::memories::mark_file(&mut *tx, org, id, true, false, now).await?;
@@ -293,6 +244,12 @@ impl FileScanner {
                 }
                 store::memories::record_scan(&mut *tx, org, id, now, false, None).await?;
             }
+            Outcome::Mismatch(why) => {
+                store::memories::set_trust(&mut *tx, org, id, TrustLevel::Unverified).await?;
+                store::memories::mark_file(&mut *tx, org, id, true, false, now).await?;
+                store::memories::record_scan(&mut *tx, org, id, now, false, Some(&why)).await?;
+                report.mismatched += 1;
+            }
             Outcome::Unreadable(why) => {
                 store::memories::record_scan(&mut *tx, org, id, now, false, Some(&why)).await?;
                 report.failed += 1;
@@ -301,17 +258,105 @@ impl FileScanner {
         tx.commit().await?;
         Ok(())
     }
+
+    /// The memory as the chunk now reads, embedded.
+    async fn new_version(&self, memory: &Memory, hash: &str, chunk: &Chunk) -> crate::Result<NewMemory> {
+        let mut new = NewMemory::replacing(memory, chunk.text.clone());
+        new.context = Some(chunk.context.clone());
+        new.content_hash = Some(hash.to_string());
+        new.anchor = Some(anchor_of(chunk));
+        new.provenance = memory.provenance.clone();
+        new.embedding = embed_optional(self.embedder.as_deref(), &new.embedding_input(), EMBED_BUDGET).await?;
+        Ok(new)
+    }
+
+    /// New memories for the chunks of a file that no active memory anchors, when the file's memories are copies of
+    /// its chunks (an imported repository): shaped like the first of them.
+    async fn add_unanchored_chunks(
+        &self,
+        pool: &PgPool,
+        memories: &[Memory],
+        file: &ReadFile,
+        report: &mut ScanReport,
+    ) -> crate::Result<()> {
+        let Some(template) = memories.iter().find(|m| is_chunk_copy(m)) else { return Ok(()) };
+        let anchored: Vec<&str> = memories.iter().filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str())).collect();
+        for chunk in file.chunks.iter().filter(|c| !anchored.contains(&c.symbol.as_str())) {
+            let new = self.new_version(template, &file.sha, chunk).await?;
+            let org = template.organization_id;
+            let mut tx = store::begin_for_org(pool, org).await?;
+            // Another scan may have added it meanwhile.
+            if store::memories::anchored_in(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await? {
+                continue;
+            }
+            let created = transitions::create(&mut tx, &new, &[]).await?;
+            store::memories::record_scan(&mut *tx, org, created.id, Utc::now(), true, None).await?;
+            tx.commit().await?;
+            report.added += 1;
+        }
+        Ok(())
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A file's SHA, and its chunks when some memory of it is anchored.
+fn read_file(path: &str, bytes: &[u8], memories: &[Memory]) -> ReadFile {
+    let sha = blob_sha(bytes);
+    let anchored = memories.iter().any(|m| m.anchor.is_some());
+    let chunks = match (anchored, Language::of_path(path), std::str::from_utf8(bytes)) {
+        (true, Some(language), Ok(text)) => chunk_file(path, language, text),
+        _ => Vec::new(),
+    };
+    ReadFile { path: path.to_string(), sha, chunks }
+}
 
-    #[test]
-    fn paths_that_are_not_plain_relative_paths_are_refused() {
-        for bad in ["../etc/passwd", "/etc/passwd", "src/../../x", ""] {
-            assert!(check_relative(bad).is_err(), "{bad}");
-        }
-        assert_eq!(check_relative("src/./lib.rs").unwrap(), Path::new("src/./lib.rs"));
+/// Whether the memory's content is its anchored chunk's text (so a new text of the chunk is a new version of it).
+fn is_chunk_copy(memory: &Memory) -> bool {
+    memory.anchor.as_ref().and_then(|a| a.hash.as_deref()) == Some(content_hash(memory.content.as_bytes()).as_str())
+}
+
+fn anchor_of(chunk: &Chunk) -> Anchor {
+    Anchor {
+        symbol: chunk.symbol.clone(),
+        hash: Some(chunk.hash()),
+        start_line: chunk.start_line,
+        end_line: chunk.end_line,
     }
+}
+
+/// Compares one memory with its file as read now.
+fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
+    let known = memory.content_hash.as_deref().filter(|h| is_blob_sha(h));
+    let Some(anchor) = &memory.anchor else {
+        return match known {
+            Some(h) if h == file.sha => Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false },
+            Some(h) if memory.last_verified_at.is_none() => mismatch(h, &file.sha),
+            Some(_) => Outcome::Changed,
+            // No file hash yet (or one of another kind): this read is the baseline later scans compare with.
+            None => Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false },
+        };
+    };
+    if known == Some(file.sha.as_str()) && anchor.hash.is_some() {
+        return Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false };
+    }
+    let Some(chunk) = file.chunks.iter().find(|c| c.symbol == anchor.symbol) else {
+        return Outcome::Missing;
+    };
+    let now = anchor_of(chunk);
+    match anchor.hash.as_deref() {
+        // No chunk hash yet: this read is the baseline.
+        None => Outcome::Unchanged { hash: file.sha.clone(), anchor: Some(now), moved: false },
+        Some(h) if h == chunk.hash() => {
+            let moved = (anchor.start_line, anchor.end_line) != (now.start_line, now.end_line);
+            Outcome::Unchanged { hash: file.sha.clone(), anchor: Some(now), moved }
+        }
+        Some(_) if known.is_some() && memory.last_verified_at.is_none() => mismatch(known.unwrap(), &file.sha),
+        Some(_) if is_chunk_copy(memory) => Outcome::Replaced { hash: file.sha.clone(), chunk: chunk.clone() },
+        Some(_) => Outcome::Changed,
+    }
+}
+
+fn mismatch(claimed: &str, actual: &str) -> Outcome {
+    Outcome::Mismatch(format!(
+        "the blob SHA {claimed} the producer named is not the repository's ({actual}): lowered to unverified"
+    ))
 }

@@ -6,16 +6,17 @@ use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::domain::{Memory, NewMemory};
+use crate::domain::{Anchor, Memory, NewMemory, TrustLevel};
 
 /// Inserts a memory and returns it as stored.
 pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Result<Memory> {
     let sql = format!(
         "INSERT INTO memory AS m (organization_id, id, project_id, project_task_id, agent_id, scope, memory_type, \
              status, sensitivity, content, embedding, confidence, created_at, updated_at, file_backed, file_path, \
-             content_hash, source_kind, source_ref, trust_level, tags, labels, expires_at, context) \
+             content_hash, source_kind, source_ref, trust_level, tags, labels, expires_at, context, repository, \
+             language, anchor) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, coalesce($13, now()), coalesce($13, now()), \
-             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
+             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25) \
          RETURNING {MEMORY_COLUMNS}"
     );
     sqlx::query_as(&sql)
@@ -41,6 +42,9 @@ pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Res
         .bind(&new.labels)
         .bind(new.expires_at)
         .bind(&new.context)
+        .bind(&new.repository)
+        .bind(&new.language)
+        .bind(new.anchor.as_ref().map(sqlx::types::Json))
         .fetch_one(executor)
         .await
 }
@@ -87,20 +91,61 @@ pub async fn file_backed_by_project(
     .await
 }
 
-/// Sets the hash of a file-backed memory's file (its first scan's baseline).
-pub async fn set_file_hash(
+/// Sets the hash of a file-backed memory's file as last read and, when given, its anchor's place (a baseline, or a
+/// chunk that moved).
+pub async fn set_file_state(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     id: Uuid,
     hash: &str,
+    anchor: Option<&Anchor>,
 ) -> sqlx::Result<u64> {
-    sqlx::query("UPDATE memory SET content_hash = $3 WHERE organization_id = $1 AND id = $2")
+    sqlx::query(
+        "UPDATE memory SET content_hash = $3, anchor = coalesce($4, anchor) WHERE organization_id = $1 AND id = $2",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .bind(hash)
+    .bind(anchor.map(sqlx::types::Json))
+    .execute(executor)
+    .await
+    .map(|r| r.rows_affected())
+}
+
+/// Lowers (or sets) a memory's trust level.
+pub async fn set_trust(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    id: Uuid,
+    trust: TrustLevel,
+) -> sqlx::Result<u64> {
+    sqlx::query("UPDATE memory SET trust_level = $3 WHERE organization_id = $1 AND id = $2")
         .bind(organization_id)
         .bind(id)
-        .bind(hash)
+        .bind(trust)
         .execute(executor)
         .await
         .map(|r| r.rows_affected())
+}
+
+/// Whether an active memory of the project is anchored at `symbol` of `path`.
+pub async fn anchored_in(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    project_id: Option<Uuid>,
+    path: &str,
+    symbol: &str,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM memory WHERE organization_id = $1 AND project_id IS NOT DISTINCT FROM $2 \
+             AND file_path = $3 AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4)",
+    )
+    .bind(organization_id)
+    .bind(project_id)
+    .bind(path)
+    .bind(symbol)
+    .fetch_one(executor)
+    .await
 }
 
 /// Records a scan of a file-backed memory at `at`: `verified` when its file was read and found unchanged, and

@@ -165,5 +165,5 @@ pub(crate) const MEMORY_COLUMNS: &str = "m.id, m.organization_id, m.project_id, 
     m.scope, m.memory_type, m.status, m.sensitivity, m.content, m.confidence, m.created_at, m.updated_at, \
     m.last_verified_at, m.expires_at, m.superseded_by, m.superseded_at, m.archived_at, m.file_backed, \
     m.file_path, m.content_hash, m.file_last_scanned_at, m.file_scan_error, m.file_changed_at, m.file_missing_since, \
-    m.source_kind, m.source_ref, m.trust_level, m.tags, \
+    m.repository, m.language, m.anchor, m.source_kind, m.source_ref, m.trust_level, m.tags, \
     m.labels";
