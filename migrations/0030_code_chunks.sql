@@ -25,7 +25,13 @@ ALTER TABLE memory DROP COLUMN content_tsv;
 ALTER TABLE memory ADD COLUMN content_tsv tsvector GENERATED ALWAYS AS (to_tsvector('memory_text',
     content || coalesce(' ' || context, '') || ' ' || memory_code_words(content || coalesce(' ' || context, '')))) STORED;
 
--- A query's terms get the same code words.
+-- A query's terms and its match condition get the same code words.
+CREATE OR REPLACE FUNCTION memory_keyword_tsquery(config regconfig, query text) RETURNS tsquery LANGUAGE sql STABLE AS $$
+    SELECT concat_ws(' & ', '(' || string_agg(part, ' | ') FILTER (WHERE left(part, 1) <> '!') || ')',
+                            string_agg(part, ' & ') FILTER (WHERE left(part, 1) = '!'))::tsquery
+    FROM regexp_split_to_table(websearch_to_tsquery(config, query || ' ' || memory_code_words(query))::text, ' [&|] ') AS part
+    WHERE part <> ''
+$$;
 CREATE OR REPLACE FUNCTION memory_keyword_terms(config regconfig, query text) RETURNS SETOF text LANGUAGE sql STABLE AS $$
     SELECT DISTINCT replace(m[1], '''''', '''')
     FROM regexp_split_to_table(websearch_to_tsquery(config, query || ' ' || memory_code_words(query))::text, ' [&|] ') AS part,

@@ -15,7 +15,7 @@ use memory_core::{
     lifecycle::{
         contradiction::ContradictionDetector,
         dedup::Deduper,
-        file_scan::{DirectoryReader, FileScanner},
+        file_scan::FileScanner,
         synthesis::EntitySynthesizer,
     },
     llm::OfflineLlm,
@@ -117,7 +117,7 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
                     drive(&workers::Worker::new(pool, synthesizer), event).await
                 }
                 "memory-file-scan" => {
-                    let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&repos)));
+                    let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&repos)));
                     drive(&workers::Worker::new(pool, scanner), event).await
                 }
                 other => panic!("{name}: no worker for queue {other}"),

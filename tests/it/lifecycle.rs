@@ -288,8 +288,9 @@ mod file_scan {
 
     use integration_tests::{Db, memory};
     use memory_core::{
-        domain::{MemoryStatus, content_hash},
-        lifecycle::file_scan::{DirectoryReader, FileScanner, ScanReport},
+        code::blob_sha,
+        domain::MemoryStatus,
+        lifecycle::file_scan::{FileScanner, ScanReport},
         retrieval::{RetrievalMode, RetrievalRequest},
         store,
     };
@@ -313,7 +314,7 @@ mod file_scan {
         let file_memory = |path: &str, content: &str| {
             let mut m = memory(org, content).project(project).scope(memory_core::domain::Scope::Project);
             m.new.file_path = Some(path.to_string());
-            m.new.content_hash = Some(content_hash(content.as_bytes()));
+            m.new.content_hash = Some(blob_sha(content.as_bytes()));
             m
         };
         let unchanged = file_memory("docs/deploy.md", "Deploy with make release.").insert(&db).await;
@@ -325,7 +326,7 @@ mod file_scan {
             store::memories::get(&mut *tx, org, id).await.unwrap().unwrap()
         };
 
-        let scanner = FileScanner::new(Arc::new(DirectoryReader::new(&root)));
+        let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)));
         let report = scanner.scan(&db.app, org).await.unwrap();
         assert_eq!(report, ScanReport { scanned: 3, unchanged: 1, changed: 1, missing: 1, ..ScanReport::default() });
         let u = get(unchanged.id).await;
@@ -352,7 +353,7 @@ mod file_scan {
         std::fs::remove_file(repository.join("docs/moving.md")).unwrap();
         scanner.scan(&db.app, org).await.unwrap();
         let no_grace =
-            FileScanner::new(Arc::new(DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
+            FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
         let report = no_grace.scan(&db.app, org).await.unwrap();
         assert_eq!(report.archived, 1);
         assert_eq!(get(missing.id).await.status, MemoryStatus::Archived);

@@ -13,6 +13,7 @@ mod integrity;
 mod lifecycle;
 mod pipeline;
 mod properties;
+mod repository;
 mod robustness;
 mod schema;
 mod search;

@@ -227,6 +227,8 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
                 entities: vec![EntityRef { name: service.to_string(), kind: "service".into() }],
                 created_at: Some(now - Duration::hours(rng.random_range(1..24 * 365))),
                 file_path: None,
+                repository: None,
+                anchor: None,
                 provenance: IngestProvenance { source_kind, source_ref, git_blob_sha: None, trust_level },
             });
         }
@@ -249,6 +251,8 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
             entities: Vec::new(),
             created_at: None,
             file_path: None,
+            repository: None,
+            anchor: None,
             provenance: IngestProvenance {
                 source_kind: SourceKind::Human,
                 source_ref: "demo".into(),

@@ -1,27 +1,30 @@
-//! `memory_file_scan`: scans one organisation's file-backed memories against the checked-out repositories under
-//! `MEMORY_REPOS_DIR` (`<dir>/<organization_id>/<project_id>/<path>`, files up to `MEMORY_FILE_MAX_BYTES`). A file
-//! that cannot be read is recorded on its memory, not retried: only a database failure fails the message.
+//! `memory_file_scan`: scans one organisation's file-backed memories against the repositories under
+//! `MEMORY_REPOS_DIR` (`<dir>/<organization_id>/<project_id>/`: a git repository read at `MEMORY_REPOSITORY_REF`, or
+//! a plain checkout; files up to `MEMORY_FILE_MAX_BYTES`). A file that cannot be read is recorded on its memories,
+//! not retried: only a database failure fails the message.
 
 use std::sync::Arc;
 
 use memory_core::{
+    code::RepositoryReader,
     config,
+    embed::Embedder,
     jobs::FileScanJob,
-    lifecycle::file_scan::{DEFAULT_MAX_FILE_BYTES, DEFAULT_MISSING_GRACE, DirectoryReader, FileScanner},
+    lifecycle::file_scan::{DEFAULT_MISSING_GRACE, FileScanner},
 };
 
 use aws_edge::sqs::{Delivery, JobHandler};
 
 use crate::Worker;
 
-/// The scanner the environment configures.
-pub fn scanner() -> anyhow::Result<FileScanner> {
-    let max_bytes = config::parsed_or("MEMORY_FILE_MAX_BYTES", DEFAULT_MAX_FILE_BYTES)?;
-    let reader = Arc::new(DirectoryReader::new(config::required("MEMORY_REPOS_DIR")?).with_max_bytes(max_bytes));
+/// The scanner the environment configures; new versions of changed chunks are embedded with `embedder`.
+pub fn scanner(embedder: Arc<dyn Embedder>) -> anyhow::Result<FileScanner> {
+    let reader = RepositoryReader::from_env()?.ok_or(config::ConfigError::Missing("MEMORY_REPOS_DIR"))?;
     let grace = config::in_range("MEMORY_FILE_MISSING_GRACE_HOURS", DEFAULT_MISSING_GRACE.num_hours(), 0..=87_600)?;
-    Ok(FileScanner::new(reader).with_missing_grace(chrono::TimeDelta::hours(grace)))
+    Ok(FileScanner::new(Arc::new(reader))
+        .with_missing_grace(chrono::TimeDelta::hours(grace))
+        .with_embedder(embedder))
 }
-
 impl JobHandler for Worker<FileScanner> {
     type Job = FileScanJob;
 

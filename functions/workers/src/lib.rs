@@ -47,7 +47,7 @@ pub fn serve<R: Runner>(job: JobType, services: &Services, runner: R) -> anyhow:
         JobType::MemoryEntitySynthesis => {
             runner.run(Worker::new(pool, EntitySynthesizer::with_models(services.job_models()?)))
         }
-        JobType::MemoryFileScan => runner.run(Worker::new(pool, file_scan::scanner()?)),
+        JobType::MemoryFileScan => runner.run(Worker::new(pool, file_scan::scanner(services.embedder.clone())?)),
     })
 }
 

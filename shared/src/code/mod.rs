@@ -1,10 +1,12 @@
 //! Repositories as memory: reading a project's files ([`reader`]: git at a ref, or a plain checkout), the
-//! languages the service knows ([`Language`]) and structure-aware chunks with stable anchors ([`chunk`]).
+//! languages the service knows ([`Language`]), structure-aware chunks with stable anchors ([`chunk`]) and a
+//! repository's snapshot as ingest messages ([`import`]).
 
 pub mod chunk;
+pub mod import;
 mod language;
 pub mod reader;
 
 pub use chunk::{Chunk, chunk_file};
 pub use language::Language;
-pub use reader::{DirectoryReader, FileReadError, FileReader, GitReader, Snapshot, blob_sha};
+pub use reader::{DirectoryReader, FileReadError, FileReader, GitReader, RepositoryReader, Snapshot, blob_sha};

@@ -32,6 +32,11 @@ pub enum FileReadError {
 pub trait FileReader: Send + Sync {
     async fn read(&self, organization_id: Uuid, project_id: Uuid, path: &str)
     -> Result<Option<Vec<u8>>, FileReadError>;
+
+    /// Whether the repository holds a blob of this SHA (in any commit): Some when the reader can tell.
+    async fn holds_blob(&self, _organization_id: Uuid, _project_id: Uuid, _sha: &str) -> Option<bool> {
+        None
+    }
 }
 
 /// Repositories checked out under one directory, one per organisation and project:
@@ -170,6 +175,71 @@ impl FileReader for GitReader {
         })
         .await
         .map_err(|e| FileReadError::Refused(format!("reader task failed: {e}")))?
+    }
+
+    async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
+        let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
+        let id = gix::ObjectId::from_hex(sha.as_bytes()).ok()?;
+        tokio::task::spawn_blocking(move || gix::open(repository).ok().map(|r| r.has_object(id))).await.ok()?
+    }
+}
+
+/// Each project's repository as what it is: a git repository (a clone, bare or not) is read at the ref
+/// ([`GitReader`]), any other folder as files ([`DirectoryReader`]).
+pub struct RepositoryReader {
+    root: PathBuf,
+    git: GitReader,
+    directory: DirectoryReader,
+}
+
+impl RepositoryReader {
+    pub fn new(root: impl Into<PathBuf>, reference: impl Into<String>, max_bytes: u64) -> Self {
+        let root = root.into();
+        Self {
+            git: GitReader::new(root.clone(), reference).with_max_bytes(max_bytes),
+            directory: DirectoryReader::new(root.clone()).with_max_bytes(max_bytes),
+            root,
+        }
+    }
+
+    /// `MEMORY_REPOS_DIR` (None when unset), read at `MEMORY_REPOSITORY_REF` (`HEAD`), files up to
+    /// `MEMORY_FILE_MAX_BYTES`.
+    pub fn from_env() -> Result<Option<Self>, crate::config::ConfigError> {
+        let Some(root) = std::env::var_os("MEMORY_REPOS_DIR").filter(|v| !v.is_empty()) else { return Ok(None) };
+        let reference = crate::config::parsed_or("MEMORY_REPOSITORY_REF", "HEAD".to_string())?;
+        let max_bytes = crate::config::parsed_or("MEMORY_FILE_MAX_BYTES", DEFAULT_MAX_FILE_BYTES)?;
+        Ok(Some(Self::new(PathBuf::from(root), reference, max_bytes)))
+    }
+}
+
+impl RepositoryReader {
+    fn is_git(&self, organization_id: Uuid, project_id: Uuid) -> bool {
+        let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
+        repository.join(".git").exists() || repository.join("HEAD").is_file()
+    }
+}
+
+#[async_trait]
+impl FileReader for RepositoryReader {
+    async fn read(
+        &self,
+        organization_id: Uuid,
+        project_id: Uuid,
+        path: &str,
+    ) -> Result<Option<Vec<u8>>, FileReadError> {
+        if self.is_git(organization_id, project_id) {
+            self.git.read(organization_id, project_id, path).await
+        } else {
+            self.directory.read(organization_id, project_id, path).await
+        }
+    }
+
+    async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
+        if self.is_git(organization_id, project_id) {
+            self.git.holds_blob(organization_id, project_id, sha).await
+        } else {
+            None
+        }
     }
 }
 

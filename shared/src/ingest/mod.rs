@@ -217,6 +217,15 @@ impl Ingestor {
         let mut near_duplicates = false;
         for ((Checked { mut new, taxonomy, entities }, vector), hash) in checked.into_iter().zip(vectors).zip(hashes) {
             let readership = Readership::of_new(&new);
+            // One memory per anchor: a chunk already held stays as it is (the file scan keeps it current).
+            if let (Some(anchor), Some(path)) = (&new.anchor, &new.file_path)
+                && let Some(existing) =
+                    store::memories::anchored(&mut *tx, org, new.project_id, path, &anchor.symbol).await?
+            {
+                receipt.memory_ids.push(existing);
+                receipt.duplicates += 1;
+                continue;
+            }
             if let Some(hash) = hash {
                 if let Some(existing) = store::ingest::find_duplicate(&mut tx, org, &hash, &readership).await? {
                     receipt.memory_ids.push(existing);

@@ -7,8 +7,9 @@
 //! the chunk's text, a summary say, is marked stale instead); anchor gone -> `missing`. A missing file or anchor is
 //! archived only once it has been missing for the grace period, so a file away for one scan (a sync in progress)
 //! comes back unharmed, and one that matches again clears the marks. Chunks of a scanned file that no memory
-//! anchors (a new or renamed declaration) become memories like their file's others. A memory whose producer named
-//! a blob SHA the repository does not have is lowered to `unverified`, the reason recorded. A file that cannot be
+//! anchors (a new or renamed declaration) become memories like their file's others. A `verified` memory whose
+//! producer named a blob SHA the repository does not hold (a plain checkout: not the file's) is lowered to
+//! `unverified` at its first scan, the reason recorded. A file that cannot be
 //! read (refused, too large, an I/O error) is recorded on its memories; only a database failure fails the scan.
 
 use std::{collections::BTreeMap, sync::Arc};
@@ -177,7 +178,10 @@ impl FileScanner {
             for memory in &memories {
                 let outcome = match &file {
                     None => Outcome::Missing,
-                    Some(file) => examine(memory, file),
+                    Some(file) => match self.disowned(memory, project, file).await {
+                        Some(claimed) => mismatch(&claimed, &file.sha),
+                        None => examine(memory, file),
+                    },
                 };
                 self.apply(pool, memory, outcome, &mut report).await?;
             }
@@ -259,6 +263,18 @@ impl FileScanner {
         Ok(())
     }
 
+    /// The blob SHA a `verified` memory was ingested with, when no scan has confirmed it and the repository does
+    /// not hold it (a reader that cannot tell compares it with the file as it is now).
+    async fn disowned(&self, memory: &Memory, project: Uuid, file: &ReadFile) -> Option<String> {
+        let claimed = memory.content_hash.as_deref().filter(|h| is_blob_sha(h) && *h != file.sha)?;
+        let unproven = memory.provenance.trust_level == TrustLevel::Verified && memory.last_verified_at.is_none();
+        if !unproven {
+            return None;
+        }
+        let held = self.reader.holds_blob(memory.organization_id, project, claimed).await;
+        (held != Some(true)).then(|| claimed.to_string())
+    }
+
     /// The memory as the chunk now reads, embedded.
     async fn new_version(&self, memory: &Memory, hash: &str, chunk: &Chunk) -> crate::Result<NewMemory> {
         let mut new = NewMemory::replacing(memory, chunk.text.clone());
@@ -286,7 +302,7 @@ impl FileScanner {
             let org = template.organization_id;
             let mut tx = store::begin_for_org(pool, org).await?;
             // Another scan may have added it meanwhile.
-            if store::memories::anchored_in(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await? {
+            if store::memories::anchored(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some() {
                 continue;
             }
             let created = transitions::create(&mut tx, &new, &[]).await?;
@@ -329,7 +345,6 @@ fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
     let Some(anchor) = &memory.anchor else {
         return match known {
             Some(h) if h == file.sha => Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false },
-            Some(h) if memory.last_verified_at.is_none() => mismatch(h, &file.sha),
             Some(_) => Outcome::Changed,
             // No file hash yet (or one of another kind): this read is the baseline later scans compare with.
             None => Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false },
@@ -349,7 +364,6 @@ fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
             let moved = (anchor.start_line, anchor.end_line) != (now.start_line, now.end_line);
             Outcome::Unchanged { hash: file.sha.clone(), anchor: Some(now), moved }
         }
-        Some(_) if known.is_some() && memory.last_verified_at.is_none() => mismatch(known.unwrap(), &file.sha),
         Some(_) if is_chunk_copy(memory) => Outcome::Replaced { hash: file.sha.clone(), chunk: chunk.clone() },
         Some(_) => Outcome::Changed,
     }

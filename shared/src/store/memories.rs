@@ -128,23 +128,23 @@ pub async fn set_trust(
         .map(|r| r.rows_affected())
 }
 
-/// Whether an active memory of the project is anchored at `symbol` of `path`.
-pub async fn anchored_in(
+/// The active memory of the project anchored at `symbol` of `path`, if any.
+pub async fn anchored(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     project_id: Option<Uuid>,
     path: &str,
     symbol: &str,
-) -> sqlx::Result<bool> {
+) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM memory WHERE organization_id = $1 AND project_id IS NOT DISTINCT FROM $2 \
-             AND file_path = $3 AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4)",
+        "SELECT id FROM memory WHERE organization_id = $1 AND project_id IS NOT DISTINCT FROM $2 AND file_path = $3 \
+             AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4 LIMIT 1",
     )
     .bind(organization_id)
     .bind(project_id)
     .bind(path)
     .bind(symbol)
-    .fetch_one(executor)
+    .fetch_optional(executor)
     .await
 }
 

@@ -1,0 +1,297 @@
+//! Repositories as memory, on git repositories made in the test with commits: an import through the ingest path
+//! anchors one memory per chunk, and the file scan follows each chunk (replaced, moved, renamed, deleted).
+
+use std::{process::Command, sync::Arc};
+
+use integration_tests::{Db, minilm};
+use memory_core::{
+    code::{RepositoryReader, Snapshot, blob_sha, import},
+    domain::{Memory, MemoryStatus, TrustLevel},
+    ingest::{Admission, IngestBatch, Ingestor},
+    lifecycle::file_scan::{FileScanner, ScanReport},
+    retrieval::{SearchRequest, Strategy, fusion::Fusion},
+    store::{self, SearchFilters},
+};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use uuid::Uuid;
+
+const CONFIG_RS: &str = "use std::fs;\n\n\
+/// Reads the configuration file at `path`.\n\
+pub fn parse_config(path: &str) -> Config {\n    let text = fs::read_to_string(path).unwrap();\n    Config { port: text.len() as u16 }\n}\n\n\
+pub struct Config {\n    port: u16,\n}\n\n\
+impl Config {\n    pub fn port(&self) -> u16 {\n        self.port\n    }\n}\n";
+
+const GUIDE_MD: &str = "# Guide\n\nHow to run it.\n\n## Deploy\n\nRun make release, then wait for the canary.\n";
+
+/// A git repository with one commit per `commit` call.
+struct Repo {
+    dir: std::path::PathBuf,
+}
+
+impl Repo {
+    fn new(dir: std::path::PathBuf) -> Self {
+        std::fs::create_dir_all(&dir).unwrap();
+        let repo = Self { dir };
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo
+    }
+
+    fn git(&self, args: &[&str]) {
+        let out = Command::new("git")
+            .args(["-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn write(&self, path: &str, text: &str) {
+        let file = self.dir.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
+    }
+
+    fn commit(&self, message: &str) {
+        self.git(&["add", "-A"]);
+        self.git(&["commit", "-q", "-m", message]);
+    }
+}
+
+struct Setup {
+    db: Db,
+    org: Uuid,
+    project: Uuid,
+    root: std::path::PathBuf,
+    repo: Repo,
+}
+
+impl Setup {
+    async fn new(opts: PgPoolOptions, conn: PgConnectOptions) -> Self {
+        let (org, project) = (Uuid::now_v7(), Uuid::now_v7());
+        let root = std::env::temp_dir().join(format!("repository-{}", Uuid::now_v7()));
+        let repo = Repo::new(root.join(org.to_string()).join(project.to_string()));
+        Self { db: Db::new(opts, conn).await, org, project, root, repo }
+    }
+
+    fn plan(&self) -> import::ImportPlan {
+        let snapshot = Snapshot::open(&self.repo.dir, "HEAD").unwrap();
+        let target = import::ImportTarget {
+            organization_id: self.org,
+            project_id: self.project,
+            repository: "demo".into(),
+            reference: "HEAD".into(),
+            max_file_bytes: 64 * 1024,
+        };
+        import::plan(&snapshot, &target).unwrap()
+    }
+
+    async fn ingest(&self, batches: &[IngestBatch]) -> usize {
+        let ingestor = Ingestor::new(self.db.app.clone(), minilm());
+        let mut created = 0;
+        for batch in batches {
+            created += ingestor.ingest(batch, Admission::Active).await.unwrap().created;
+        }
+        created
+    }
+
+    fn scanner(&self) -> FileScanner {
+        FileScanner::new(Arc::new(RepositoryReader::new(&self.root, "HEAD", 64 * 1024))).with_embedder(minilm())
+    }
+
+    async fn active(&self) -> Vec<Memory> {
+        let sql = "SELECT id FROM memory WHERE organization_id = $1 AND status = 'active' ORDER BY id";
+        let ids: Vec<Uuid> = sqlx::query_scalar(sql).bind(self.org).fetch_all(&self.db.admin).await.unwrap();
+        let mut tx = store::begin_for_org(&self.db.admin, self.org).await.unwrap();
+        let mut memories = Vec::new();
+        for id in ids {
+            memories.push(store::memories::get(&mut *tx, self.org, id).await.unwrap().unwrap());
+        }
+        memories
+    }
+
+    async fn by_symbol(&self, symbol: &str) -> Memory {
+        let found = self.active().await.into_iter().find(|m| m.anchor.as_ref().is_some_and(|a| a.symbol == symbol));
+        found.unwrap_or_else(|| panic!("no active memory anchored at {symbol}"))
+    }
+
+    async fn get(&self, id: Uuid) -> Memory {
+        let mut tx = store::begin_for_org(&self.db.admin, self.org).await.unwrap();
+        store::memories::get(&mut *tx, self.org, id).await.unwrap().unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.root).ok();
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_import_anchors_one_verified_memory_per_chunk_and_running_it_again_changes_nothing(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.write("docs/guide.md", GUIDE_MD);
+    s.repo.write("logo.png", "\u{1}binary");
+    s.repo.commit("first");
+
+    let plan = s.plan();
+    assert_eq!((plan.files, plan.skipped), (2, 1), "the image is skipped");
+    assert_eq!(s.ingest(&plan.batches).await, plan.chunks);
+    let memories = s.active().await;
+    let mut symbols: Vec<&str> = memories.iter().map(|m| m.anchor.as_ref().unwrap().symbol.as_str()).collect();
+    symbols.sort();
+    assert_eq!(symbols, ["Config", "Config::port", "Guide", "Guide > Deploy", "parse_config"]);
+    let parse = s.by_symbol("parse_config").await;
+    assert!(parse.content.starts_with("/// Reads the configuration file"));
+    assert_eq!(parse.content_hash.as_deref(), Some(blob_sha(CONFIG_RS.as_bytes()).as_str()), "the file's blob SHA");
+    assert_eq!((parse.repository.as_deref(), parse.language.as_deref()), (Some("demo"), Some("rust")));
+    assert_eq!(parse.provenance.trust_level, TrustLevel::Verified);
+    assert!(parse.provenance.source_ref.as_deref().unwrap().starts_with("demo@HEAD:src/config.rs#parse_config@"));
+    let anchor = parse.anchor.unwrap();
+    assert_eq!((anchor.start_line, anchor.end_line), (3, 7));
+
+    // The same snapshot again: the batches replay. The same anchors under other batch ids: no second memory.
+    assert_eq!(s.ingest(&s.plan().batches).await, 0);
+    let mut renamed = s.plan().batches;
+    for batch in &mut renamed {
+        batch.batch_id.push_str(":again");
+    }
+    assert_eq!(s.ingest(&renamed).await, 0);
+    assert_eq!(s.active().await.len(), memories.len());
+
+    // The first scan verifies every memory.
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!(report, ScanReport { scanned: 5, unchanged: 5, ..ScanReport::default() });
+    assert!(s.active().await.iter().all(|m| m.last_verified_at.is_some()));
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_scan_replaces_only_the_edited_chunk_follows_moves_and_renames_and_archives_deleted_files(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.write("docs/guide.md", GUIDE_MD);
+    s.repo.commit("first");
+    s.ingest(&s.plan().batches).await;
+    s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    let (parse, config, port) =
+        (s.by_symbol("parse_config").await, s.by_symbol("Config").await, s.by_symbol("Config::port").await);
+    let guide = s.by_symbol("Guide > Deploy").await;
+
+    // One function edited, and two lines added above everything else of the file: the edited chunk gets a new
+    // version, the others move.
+    let edited = CONFIG_RS.replace("text.len() as u16", "text.trim().parse().unwrap_or(8080)");
+    s.repo.write("src/config.rs", &format!("// Configuration.\n\n{edited}"));
+    s.repo.commit("parse the port");
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!((report.replaced, report.moved, report.unchanged), (1, 2, 2), "{report:?}");
+    let old = s.get(parse.id).await;
+    assert_eq!(old.status, MemoryStatus::Superseded);
+    let new = s.by_symbol("parse_config").await;
+    assert_eq!(old.superseded_by, Some(new.id));
+    assert!(new.content.contains("unwrap_or(8080)") && !new.content.contains("text.len()"));
+    assert_eq!(new.anchor.as_ref().unwrap().start_line, 5);
+    for unchanged in [&config, &port, &guide] {
+        let now = s.get(unchanged.id).await;
+        assert_eq!((now.status, &now.content), (MemoryStatus::Active, &unchanged.content), "no new version");
+    }
+    let moved = s.get(port.id).await.anchor.unwrap();
+    assert_eq!(moved.start_line, port.anchor.as_ref().unwrap().start_line + 2, "the anchor follows the move");
+    assert!(s.get(port.id).await.last_verified_at >= port.last_verified_at);
+
+    // A renamed method: its old anchor is gone (missing) and the new one becomes a memory.
+    s.repo.write("src/config.rs", &format!("// Configuration.\n\n{}", edited.replace("fn port(", "fn listen_port(")));
+    s.repo.commit("rename");
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!((report.missing, report.added), (1, 1), "{report:?}");
+    assert!(s.get(port.id).await.file_missing_since.is_some());
+    let listen = s.by_symbol("Config::listen_port").await;
+    assert!(listen.content.contains("fn listen_port") && listen.last_verified_at.is_some());
+
+    // A deleted file: missing first, archived after the grace period.
+    std::fs::remove_file(s.repo.dir.join("docs/guide.md")).unwrap();
+    s.repo.commit("no guide");
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!(report.missing, 3, "the guide's two sections and the renamed method: {report:?}");
+    assert_eq!(s.get(guide.id).await.status, MemoryStatus::Active);
+    let no_grace = s.scanner().with_missing_grace(chrono::TimeDelta::zero());
+    assert_eq!(no_grace.scan(&s.db.app, s.org).await.unwrap().archived, 3);
+    assert_eq!(s.get(guide.id).await.status, MemoryStatus::Archived);
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_blob_sha_the_repository_does_not_have_lowers_the_memory_to_unverified(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.commit("first");
+    let mut batches = s.plan().batches;
+    let lie = blob_sha(b"another text");
+    for memory in &mut batches[0].memories {
+        memory.provenance.git_blob_sha = Some(lie.clone());
+    }
+    s.ingest(&batches).await;
+    assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));
+
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!(report.mismatched, 3, "{report:?}");
+    for memory in s.active().await {
+        assert_eq!(memory.provenance.trust_level, TrustLevel::Unverified);
+        assert!(memory.file_scan_error.as_deref().unwrap().contains(&lie));
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_identifier_is_found_whichever_way_it_is_typed(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.write("web/store.ts", "export function loadUserProfile(id: string) {\n  return fetch(id);\n}\n");
+    s.repo.commit("first");
+    s.ingest(&s.plan().batches).await;
+    let retriever = integration_tests::shipped_retriever(&s.db, minilm());
+    let search = async |query: &str| {
+        let request = SearchRequest {
+            organization_id: s.org,
+            agent_id: None,
+            project_id: Some(s.project),
+            task_id: None,
+            query: query.into(),
+            strategy: Strategy::Keyword,
+            filters: SearchFilters::default(),
+            fusion: Fusion::default(),
+            vector_weight: 0.5,
+            include_graph: false,
+            max_results: 3,
+            sensitivity_gate: false,
+        };
+        let hits = retriever.search(request).await.unwrap().hits;
+        hits.first().and_then(|h| h.memory.anchor.clone()).map(|a| a.symbol).unwrap_or_default()
+    };
+    assert_eq!(search("parseConfig").await, "parse_config");
+    assert_eq!(search("ParseConfig").await, "parse_config");
+    assert_eq!(search("load_user_profile").await, "loadUserProfile");
+    assert_eq!(search("user profile").await, "loadUserProfile");
+    assert_eq!(search("src/config.rs Config").await.split("::").next(), Some("Config"));
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_blob_sha_of_an_earlier_commit_is_honest_and_keeps_its_trust(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.commit("first");
+    s.ingest(&s.plan().batches).await;
+    // The file moves on before the first scan: the SHA the import named is still in the repository's history.
+    s.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
+    s.repo.commit("a host");
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!((report.mismatched, report.replaced, report.moved, report.unchanged), (0, 1, 1, 1), "{report:?}");
+    assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));
+}
