@@ -6,12 +6,13 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk
+.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
 	@echo "make stop   stop what make run started"
 	@echo "make scan   fire the daily file scan now (with make run up)"
+	@echo "make import-repo PROJECT=<uuid> [ORG=<uuid>] [NAME=auth-service] [REPO=<path>]   a git repository as anchored memories"
 	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
 	@echo "make soak [SOAK_BATCHES=60]   the lifecycle under an adversarial model and injected faults, then its checks"
@@ -32,6 +33,9 @@ stop:
 
 scan:
 	@scripts/run.sh scan
+
+import-repo:
+	@scripts/run.sh import-repo --org $(ORG) --project $(PROJECT) $(if $(NAME),--name $(NAME)) $(REPO)
 
 events:
 	@scripts/run.sh events

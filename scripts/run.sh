@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make run / make stop / make scan / make events / make token: the local retrieve API and workers over the local stack.
+# make run / make stop / make scan / make events / make import-repo / make token: the local retrieve API and workers over the local stack.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 BIND="${MEMORY_BIND:-127.0.0.1:8787}"
@@ -41,6 +41,23 @@ local_env() {
     mkdir -p "$MEMORY_REPOS_DIR"
 }
 
+# The demo repository (tools/demo-repo, committed as the checkout of Acme's project that the file scan reads),
+# imported through the ingest queue: one anchored memory per chunk. Importing it again changes nothing.
+ACME=0a000000-0000-4000-8000-000000000001
+ACME_PROJECT=1a000000-0000-4000-8000-000000000001
+import_demo_repository() {
+    local checkout="$MEMORY_REPOS_DIR/$ACME/$ACME_PROJECT"
+    if [[ ! -d "$checkout/.git" ]]; then
+        mkdir -p "$checkout"
+        cp -r "$ROOT/tools/demo-repo/." "$checkout/"
+        git -C "$checkout" init -q -b main
+        git -C "$checkout" add -A
+        git -C "$checkout" -c user.name=demo -c user.email=demo@example.com -c commit.gpgsign=false commit -q -m "auth-service"
+    fi
+    admin import-repo --org "$ACME" --project "$ACME_PROJECT" --name auth-service >/dev/null
+    echo "[run] demo repository auth-service imported from $checkout (edit, commit, then make scan)"
+}
+
 case "${1:-start}" in
 start)
     "$ROOT/scripts/stack.sh" up
@@ -60,6 +77,7 @@ start)
     for _ in $(seq 1 150); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
     curl -fsS "$URL/healthz" >/dev/null || { echo "[run] server did not come up; see .local/retrieve.log" >&2; exit 1; }
     running workers || { echo "[run] workers did not start; see .local/workers.log" >&2; exit 1; }
+    import_demo_repository
     echo
     echo "retrieve API: $URL   (logs: .local/retrieve.log; workers: .local/workers.log)"
     echo "ingest queue: $MEMORY_INGEST_QUEUE_URL"
@@ -80,6 +98,11 @@ events)
     load_stack_env
     admin events
     ;;
+import-repo)
+    load_stack_env
+    local_env
+    admin import-repo "${@:2}"
+    ;;
 token)
     build
     args=(--org "$2")
@@ -88,7 +111,7 @@ token)
     admin token "${args[@]}"
     ;;
 *)
-    echo "usage: $0 start|stop|scan|events|token ORG [AGENT] [SCOPE]" >&2
+    echo "usage: $0 start|stop|scan|events|import-repo ARGS|token ORG [AGENT] [SCOPE]" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,9 @@ pub enum Error {
     Forbidden(String),
     #[error("{kind} {id} not found")]
     NotFound { kind: &'static str, id: Uuid },
+    /// Something the caller named by path or name (a file, a symbol) is not there.
+    #[error("{0}")]
+    Absent(String),
     #[error("embedding failed: {0}")]
     Embedding(#[from] crate::embed::EmbedError),
     #[error("language model failed: {0}")]

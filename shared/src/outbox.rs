@@ -164,7 +164,8 @@ impl OutboxRelay {
     /// first), so every organisation is visited within a bounded number of sweeps however many there are.
     pub async fn sweep(&self) -> crate::Result<SweepReport> {
         let mut report = SweepReport::default();
-        for organization_id in store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, self.sweep_organizations).await? {
+        for organization_id in store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, self.sweep_organizations).await?
+        {
             match self.flush(organization_id).await {
                 Ok(n) => report.published += n,
                 Err(error) => {

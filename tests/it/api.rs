@@ -8,7 +8,7 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use integration_tests::{Db, FixedEmbedder, agent_with_scopes, axis, memory, retriever};
-use memory_core::{domain::Scope, store};
+use memory_core::{code::RepositoryReader, domain::Scope, store};
 use retrieve::{
     AppState, Authenticator, Claims,
     auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
@@ -27,9 +27,18 @@ struct Api {
 
 impl Api {
     fn new(db: &Db) -> Self {
+        Self::serving(db, None)
+    }
+
+    /// With the projects' repositories under `repositories` for the repository tools.
+    fn serving(db: &Db, repositories: Option<&std::path::Path>) -> Self {
         let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
+        let mut retriever = retriever(db, embedder, None);
+        if let Some(root) = repositories {
+            retriever = retriever.with_repositories(Arc::new(RepositoryReader::new(root, "HEAD", 64 * 1024)));
+        }
         let state = AppState {
-            retriever: Arc::new(retriever(db, embedder, None)),
+            retriever: Arc::new(retriever),
             auth: Arc::new(Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap()),
         };
         Self { app: retrieve::app(state) }
@@ -81,8 +90,13 @@ async fn healthz_openapi_and_tools_answer(opts: PgPoolOptions, conn: PgConnectOp
     assert!(doc["paths"]["/v1/retrieve"]["post"].is_object());
     assert!(doc["components"]["schemas"]["RetrievalResult"].is_object());
     let (_, tools) = api.call("GET", "/v1/tools", None, None).await;
-    assert_eq!(tools["tools"][0]["name"], "memory.query");
+    let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["memory.query", "search_lexical", "search_semantic", "read_symbol", "read_file_range"]);
     assert!(tools["tools"][0]["input_schema"]["properties"]["query"].is_object());
+    assert!(tools["tools"][3]["input_schema"]["required"].as_array().unwrap().contains(&json!("symbol")));
+    for tool in names.iter().skip(1) {
+        assert!(doc["paths"][format!("/v1/tools/{tool}")]["post"].is_object(), "{tool} is a documented route");
+    }
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -382,10 +396,20 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     store::transitions::supersede(&mut tx, org, old.id, new.id, "test").await.unwrap();
     tx.commit().await.unwrap();
-    let api = Api::new(&db);
+    let project = Uuid::now_v7();
+    let repositories = std::env::temp_dir().join(format!("api-repos-{}", Uuid::now_v7()));
+    std::fs::create_dir_all(repositories.join(org.to_string()).join(project.to_string()).join("src")).unwrap();
+    let lib = "/// Reads the configuration.\npub fn parse_config() {}\n";
+    std::fs::write(repositories.join(org.to_string()).join(project.to_string()).join("src/lib.rs"), lib).unwrap();
+    let api = Api::serving(&db, Some(&repositories));
     let (_, doc) = api.call("GET", "/openapi.json", None, None).await;
     let t = Some(token(org, Some(agent), None));
     let other_org = Some(token(Uuid::now_v7(), None, None));
+    let reviewer = Some(token(org, Some(agent_with_scopes(&db, org, &[Scope::Org]).await), None));
+    let symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "parse_config"});
+    let no_symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "nothing"});
+    let range = json!({"project_id": project, "path": "src/lib.rs", "start_line": 1, "end_line": 2});
+    let backwards = json!({"project_id": project, "path": "src/lib.rs", "start_line": 2, "end_line": 1});
     let post = |uri: &str, token: &Option<String>, body: Value, status, code| -> Case {
         ("POST", uri.into(), token.clone(), Some(body.to_string()), status, code)
     };
@@ -432,6 +456,39 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
                 "forbidden",
             ),
         ),
+        (
+            "/v1/tools/search_lexical",
+            post("/v1/tools/search_lexical", &t, json!({"query": QUERY, "language": "rust"}), StatusCode::OK, ""),
+        ),
+        (
+            "/v1/tools/search_lexical",
+            post(
+                "/v1/tools/search_lexical",
+                &t,
+                json!({"query": QUERY, "language": "cobol"}),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+            ),
+        ),
+        (
+            "/v1/tools/search_semantic",
+            post("/v1/tools/search_semantic", &t, json!({"query": QUERY, "path_prefix": "src/"}), StatusCode::OK, ""),
+        ),
+        ("/v1/tools/read_symbol", post("/v1/tools/read_symbol", &t, symbol.clone(), StatusCode::OK, "")),
+        ("/v1/tools/read_symbol", post("/v1/tools/read_symbol", &t, no_symbol, StatusCode::NOT_FOUND, "not_found")),
+        (
+            "/v1/tools/read_symbol",
+            post("/v1/tools/read_symbol", &reviewer, symbol.clone(), StatusCode::FORBIDDEN, "forbidden"),
+        ),
+        (
+            "/v1/tools/read_symbol",
+            post("/v1/tools/read_symbol", &other_org, symbol, StatusCode::NOT_FOUND, "not_found"),
+        ),
+        ("/v1/tools/read_file_range", post("/v1/tools/read_file_range", &t, range, StatusCode::OK, "")),
+        (
+            "/v1/tools/read_file_range",
+            post("/v1/tools/read_file_range", &t, backwards, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ),
         ("/v1/memories/{id}", get(old_uri.clone(), &t, StatusCode::OK, "")),
         ("/v1/memories/{id}", get(format!("/v1/memories/{}", Uuid::now_v7()), &t, StatusCode::NOT_FOUND, "not_found")),
         ("/v1/memories/{id}", get("/v1/memories/not-a-uuid".into(), &t, StatusCode::BAD_REQUEST, "invalid_uuid")),
@@ -454,6 +511,7 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
             assert!(answered_ok.contains(&(route.as_str(), method.clone())), "{method} {route} was not exercised");
         }
     }
+    std::fs::remove_dir_all(repositories).unwrap();
 }
 
 /// With the issuer's public keys configured, the function verifies the token itself: an event whose authorizer

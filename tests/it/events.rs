@@ -13,10 +13,7 @@ use memory_core::{
     embed::Embedder,
     ingest::Ingestor,
     lifecycle::{
-        contradiction::ContradictionDetector,
-        dedup::Deduper,
-        file_scan::FileScanner,
-        synthesis::EntitySynthesizer,
+        contradiction::ContradictionDetector, dedup::Deduper, file_scan::FileScanner, synthesis::EntitySynthesizer,
     },
     llm::OfflineLlm,
     outbox::OutboxRelay,

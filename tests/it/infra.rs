@@ -250,17 +250,22 @@ mod database_tls {
 
         // Without a CA (sslmode=require alone) nothing is verified: the address the certificate does not name connects.
         assert_eq!(query("127.0.0.1", port, None).await.unwrap(), 1);
-        let wrong_name = query("127.0.0.1", port, Some(ours.clone())).await.expect_err("the certificate names localhost");
+        let wrong_name =
+            query("127.0.0.1", port, Some(ours.clone())).await.expect_err("the certificate names localhost");
         assert!(format!("{wrong_name:?}").contains("NotValidForName"), "{wrong_name:?}");
         let stranger = Ca::new().file();
-        let unknown = query("localhost", port, Some(stranger.clone())).await.expect_err("a CA that signed nothing here");
+        let unknown =
+            query("localhost", port, Some(stranger.clone())).await.expect_err("a CA that signed nothing here");
         assert!(format!("{unknown:?}").contains("InvalidCertificate"), "{unknown:?}");
         for file in [ours, stranger] {
             std::fs::remove_file(file).ok();
         }
 
         let url = "postgres://x@localhost/db".to_string().into();
-        let missing = DatabaseConfig { ssl_root_cert: Some("/nonexistent/ca.pem".into()), ..DatabaseConfig::with_url(url).unwrap() };
+        let missing = DatabaseConfig {
+            ssl_root_cert: Some("/nonexistent/ca.pem".into()),
+            ..DatabaseConfig::with_url(url).unwrap()
+        };
         let refused = db::pool(&missing).expect_err("a CA file that is not there");
         assert!(refused.to_string().contains("MEMORY_DB_SSL_ROOT_CERT"), "{refused}");
     }

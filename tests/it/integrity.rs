@@ -378,8 +378,8 @@ async fn every_lifecycle_path_writes_exactly_its_outbox_events_and_none_for_a_no
     scanner.scan(&db.app, org).await.unwrap();
     // A changed or missing file only marks its memory; archiving after the grace period is the one state change.
     assert_eq!(outbox_counts(&db, org).await, events(&[]));
-    let no_grace =
-        FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
+    let no_grace = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)))
+        .with_missing_grace(chrono::TimeDelta::zero());
     no_grace.scan(&db.app, org).await.unwrap();
     assert_eq!(outbox_counts(&db, org).await, events(&[("memory.archived", 1)]));
     no_grace.scan(&db.app, org).await.unwrap();

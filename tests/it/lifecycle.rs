@@ -352,8 +352,8 @@ mod file_scan {
         // A file missing for longer than the grace period archives its memory.
         std::fs::remove_file(repository.join("docs/moving.md")).unwrap();
         scanner.scan(&db.app, org).await.unwrap();
-        let no_grace =
-            FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root))).with_missing_grace(chrono::TimeDelta::zero());
+        let no_grace = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)))
+            .with_missing_grace(chrono::TimeDelta::zero());
         let report = no_grace.scan(&db.app, org).await.unwrap();
         assert_eq!(report.archived, 1);
         assert_eq!(get(missing.id).await.status, MemoryStatus::Archived);

@@ -295,3 +295,95 @@ async fn a_blob_sha_of_an_earlier_commit_is_honest_and_keeps_its_trust(opts: PgP
     assert_eq!((report.mismatched, report.replaced, report.moved, report.unchanged), (0, 1, 1, 1), "{report:?}");
     assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));
 }
+
+/// The repository tools through the HTTP API: they read the repository as committed now, the search filters keep
+/// to a language and a path, and a path out of the repository is refused.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_repository_tools_read_the_committed_text_and_search_within_filters(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use axum::{body::Body, http::Request};
+    use http_body_util::BodyExt;
+    use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token};
+    use serde_json::{Value, json};
+    use tower::ServiceExt;
+
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.write("docs/guide.md", GUIDE_MD);
+    s.repo.write("web/store.ts", "export function loadConfig(id: string) {\n  return id;\n}\n");
+    s.repo.commit("first");
+    s.ingest(&s.plan().batches).await;
+    let agent = integration_tests::agent_with_scopes(&s.db, s.org, memory_core::domain::Scope::ALL).await;
+    const SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
+    let retriever = integration_tests::shipped_retriever(&s.db, minilm())
+        .with_repositories(Arc::new(RepositoryReader::new(&s.root, "HEAD", 64 * 1024)));
+    let app = retrieve::app(retrieve::AppState {
+        retriever: Arc::new(retriever),
+        auth: Arc::new(
+            retrieve::Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap(),
+        ),
+    });
+    let claims = retrieve::Claims {
+        org_id: s.org.to_string(),
+        agent_id: Some(agent.to_string()),
+        scope: None,
+        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
+        iss: Some(LOCAL_ISSUER.into()),
+        aud: Some(LOCAL_AUDIENCE.into()),
+    };
+    let token = sign_local_token(SECRET, &claims).unwrap();
+    let call = async |tool: &str, body: Value| -> (u16, Value) {
+        let request = Request::post(format!("/v1/tools/{tool}"))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        (status, serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap())
+    };
+
+    let symbol = json!({"project_id": s.project, "path": "src/config.rs", "symbol": "parse_config"});
+    let (status, read) = call("read_symbol", symbol.clone()).await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!((read["start_line"].as_u64(), read["language"].as_str()), (Some(3), Some("rust")));
+    assert!(read["text"].as_str().unwrap().contains("text.len() as u16"));
+
+    // The file as committed now, not as imported.
+    s.repo.write("src/config.rs", &CONFIG_RS.replace("text.len() as u16", "8080"));
+    s.repo.commit("a fixed port");
+    let (_, read) = call("read_symbol", symbol).await;
+    assert!(read["text"].as_str().unwrap().contains("Config { port: 8080 }"), "{read}");
+    let range = json!({"project_id": s.project, "path": "src/config.rs", "start_line": 6, "end_line": 7});
+    let (status, lines) = call("read_file_range", range).await;
+    assert_eq!(status, 200, "{lines}");
+    assert_eq!(lines["text"], "    Config { port: 8080 }\n}\n");
+    assert_eq!(lines["total_lines"], CONFIG_RS.lines().count());
+    let escape = json!({"project_id": s.project, "path": "../other/secret.rs", "start_line": 1, "end_line": 2});
+    assert_eq!(call("read_file_range", escape).await.0, 422);
+
+    // Filters: the same words in Rust and TypeScript, kept to one language, one path, one repository.
+    let search = async |tool: &str, filters: Value| -> Vec<String> {
+        let mut body = json!({"query": "load the configuration config", "project_id": s.project});
+        body.as_object_mut().unwrap().extend(filters.as_object().unwrap().clone());
+        let (status, result) = call(tool, body).await;
+        assert_eq!(status, 200, "{result}");
+        result["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["memory"]["file_path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for tool in ["search_lexical", "search_semantic"] {
+        let all = search(tool, json!({})).await;
+        assert!(all.iter().any(|p| p.ends_with(".ts")) && all.iter().any(|p| p.ends_with(".rs")), "{tool}: {all:?}");
+        let rust = search(tool, json!({"language": "rust"})).await;
+        assert!(!rust.is_empty() && rust.iter().all(|p| p == "src/config.rs"), "{tool}: {rust:?}");
+        let web = search(tool, json!({"path_prefix": "web/"})).await;
+        assert!(!web.is_empty() && web.iter().all(|p| p.starts_with("web/")), "{tool}: {web:?}");
+        assert!(search(tool, json!({"repository": "elsewhere"})).await.is_empty(), "{tool}");
+    }
+}

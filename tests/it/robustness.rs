@@ -125,7 +125,11 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     let unsent = store::jobs::unsent_counts(&mut *tx, org).await.unwrap();
     assert_eq!(unsent, vec![("memory_dedup_review".to_string(), 1)]);
     tx.commit().await.unwrap();
-    assert_eq!(sweep::run(&db.app, chrono::TimeDelta::zero(), ALL).await.unwrap().promoted_unchecked, 0, "decided once");
+    assert_eq!(
+        sweep::run(&db.app, chrono::TimeDelta::zero(), ALL).await.unwrap().promoted_unchecked,
+        0,
+        "decided once"
+    );
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     let held = store::review::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
@@ -234,7 +238,10 @@ async fn scheduled_sweeps_visit_a_bounded_number_of_organisations_per_run_in_tur
     assert_eq!(visited.iter().copied().collect::<std::collections::BTreeSet<_>>(), orgs.iter().copied().collect());
 
     // The prune keeps its own turns: its first run starts with the least recently pruned, not where the sweep ended.
-    sqlx::query("UPDATE domain_event_outbox SET published_at = now() - interval '8 days'").execute(&db.admin).await.unwrap();
+    sqlx::query("UPDATE domain_event_outbox SET published_at = now() - interval '8 days'")
+        .execute(&db.admin)
+        .await
+        .unwrap();
     let pruned: Vec<u64> = {
         let mut pruned = Vec::new();
         for _ in 0..3 {

@@ -58,6 +58,27 @@ enum Command {
         #[arg(long, requires = "direct")]
         activate: bool,
     },
+    /// Import a git repository as memories: one file-backed memory per chunk (declarations of Rust, Python,
+    /// TypeScript/JavaScript and Go; Markdown sections; other text by size), anchored and named by the file's blob
+    /// SHA, sent to the ingest queue (or applied here with --direct). Running it again changes nothing.
+    ImportRepo {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        project: Uuid,
+        /// The repository's name in memories and filters (default: the folder's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// The commit to import.
+        #[arg(long = "ref", default_value = "HEAD")]
+        reference: String,
+        /// Apply the batches here (embedding with MiniLM) instead of sending them to MEMORY_INGEST_QUEUE_URL.
+        #[arg(long)]
+        direct: bool,
+        /// The repository (default: the project's checkout, MEMORY_REPOS_DIR/<org>/<project>, which the file scan
+        /// reads).
+        path: Option<PathBuf>,
+    },
     /// The producers: which SQS senders may write into an organisation, claiming at most which trust.
     Producers {
         #[command(subcommand)]
@@ -204,6 +225,29 @@ async fn main() -> anyhow::Result<()> {
                 operate::ingest_directly(&admin_pool()?, model_dir.as_ref(), &batches, admission).await?;
             } else {
                 operate::send_batches(&batches).await?;
+            }
+        }
+        Command::ImportRepo { org, project, name, reference, direct, path } => {
+            let path = match path {
+                Some(path) => path,
+                None => {
+                    PathBuf::from(config::required("MEMORY_REPOS_DIR")?).join(org.to_string()).join(project.to_string())
+                }
+            };
+            let plan = operate::import_plan(&path, org, project, name, &reference)?;
+            println!(
+                "{}: {} files, {} chunks in {} batches ({} files skipped)",
+                path.display(),
+                plan.files,
+                plan.chunks,
+                plan.batches.len(),
+                plan.skipped
+            );
+            if direct {
+                let model_dir = config::required("MEMORY_MODEL_DIR")?;
+                operate::ingest_directly(&admin_pool()?, model_dir.as_ref(), &plan.batches, Admission::Active).await?;
+            } else {
+                operate::send_batches(&plan.batches).await?;
             }
         }
         Command::Producers { command } => {

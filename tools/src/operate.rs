@@ -85,6 +85,30 @@ pub async fn send_batches(batches: &[IngestBatch]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The batches that import the repository at `path` (named `name`, or by its folder) at `reference`.
+pub fn import_plan(
+    path: &Path,
+    org: Uuid,
+    project: Uuid,
+    name: Option<String>,
+    reference: &str,
+) -> anyhow::Result<memory_core::code::import::ImportPlan> {
+    use memory_core::code::{Snapshot, import};
+    let snapshot = Snapshot::open(path, reference)?;
+    let folder = path.canonicalize()?.file_name().map(|n| n.to_string_lossy().into_owned());
+    let repository = name.or(folder).ok_or_else(|| anyhow::anyhow!("name the repository with --name"))?;
+    let max_file_bytes =
+        memory_core::config::parsed_or("MEMORY_FILE_MAX_BYTES", memory_core::code::reader::DEFAULT_MAX_FILE_BYTES)?;
+    let target = import::ImportTarget {
+        organization_id: org,
+        project_id: project,
+        repository,
+        reference: reference.to_string(),
+        max_file_bytes,
+    };
+    Ok(import::plan(&snapshot, &target)?)
+}
+
 /// Applies each batch here, embedding with MiniLM, then sends the follow-up jobs and events when the queues and
 /// the bus are configured (otherwise they wait in the outbox).
 pub async fn ingest_directly(

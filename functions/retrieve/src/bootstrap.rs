@@ -31,6 +31,9 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
         }
         None => tracing::warn!("MEMORY_COOLDOWN_KEY is not set: cooldown tokens hold only on this instance"),
     }
+    if let Some(reader) = memory_core::code::RepositoryReader::from_env()? {
+        retriever = retriever.with_repositories(Arc::new(reader));
+    }
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
 }
 

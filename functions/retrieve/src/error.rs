@@ -86,6 +86,7 @@ impl From<memory_core::Error> for ApiError {
             E::Validation(m) => Self::Unprocessable(m),
             E::Forbidden(m) => Self::Forbidden(m),
             E::NotFound { kind, id } => Self::NotFound(format!("{kind} {id} not found")),
+            E::Absent(m) => Self::NotFound(m),
             E::Database(e) if database_unavailable(&e) => {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::Unavailable("the database is unavailable; retry".into())

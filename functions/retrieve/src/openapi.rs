@@ -15,11 +15,20 @@ use crate::routes;
         routes::system::tools,
         routes::retrieve::retrieve,
         routes::retrieve::memory_query_tool,
+        routes::tools::search_lexical,
+        routes::tools::search_semantic,
+        routes::tools::read_symbol,
+        routes::tools::read_file_range,
         routes::search::search,
         routes::memories::get_memory,
         routes::memories::chain,
     ),
-    components(schemas(routes::retrieve::MemoryQueryInput)),
+    components(schemas(
+        routes::retrieve::MemoryQueryInput,
+        routes::tools::CodeSearchInput,
+        routes::tools::ReadSymbolInput,
+        routes::tools::ReadFileRangeInput
+    )),
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;

@@ -21,9 +21,7 @@ use crate::Worker;
 pub fn scanner(embedder: Arc<dyn Embedder>) -> anyhow::Result<FileScanner> {
     let reader = RepositoryReader::from_env()?.ok_or(config::ConfigError::Missing("MEMORY_REPOS_DIR"))?;
     let grace = config::in_range("MEMORY_FILE_MISSING_GRACE_HOURS", DEFAULT_MISSING_GRACE.num_hours(), 0..=87_600)?;
-    Ok(FileScanner::new(Arc::new(reader))
-        .with_missing_grace(chrono::TimeDelta::hours(grace))
-        .with_embedder(embedder))
+    Ok(FileScanner::new(Arc::new(reader)).with_missing_grace(chrono::TimeDelta::hours(grace)).with_embedder(embedder))
 }
 impl JobHandler for Worker<FileScanner> {
     type Job = FileScanJob;

@@ -235,8 +235,13 @@ impl<'a> Walker<'a> {
         let mut row = node.start_position().row;
         for previous in before.iter().rev() {
             let kind = previous.kind();
-            let attached = kind.contains("comment") || kind == "attribute_item" || kind == "decorator";
-            if !attached || previous.end_position().row + 1 < row {
+            // A module's own documentation (`//!`, `/*!`) is not its first item's.
+            let inner_doc = self.source(*previous).starts_with("//!") || self.source(*previous).starts_with("/*!");
+            let attached = (kind.contains("comment") && !inner_doc) || kind == "attribute_item" || kind == "decorator";
+            // A line comment's node may end at the start of the next line.
+            let end = previous.end_position();
+            let last_row = if end.column == 0 && end.row > 0 { end.row - 1 } else { end.row };
+            if !attached || last_row + 1 < row {
                 break;
             }
             start = previous.start_byte();
@@ -445,6 +450,8 @@ mod tests {
                     mod inner {\n    fn helper() {}\n}\n";
         let chunks = chunk_file("src/config.rs", Language::Rust, text);
         assert_eq!(symbols(&chunks), ["parse", "Config", "Config::port", "inner::helper"]);
+        let documented = chunk_file("lib.rs", Language::Rust, "//! The crate.\n\n/// A.\npub struct A;\n");
+        assert_eq!(documented[0].text, "/// A.\npub struct A;", "the module's documentation stays out");
         let parse = &chunks[0];
         assert!(parse.text.starts_with("/// Reads the config."), "the doc comment belongs to its function");
         assert_eq!((parse.start_line, parse.end_line), (3, 6));

@@ -17,9 +17,8 @@ pub enum Language {
 }
 
 /// Extensions of text files that are chunked by size (the languages above are recognised by their own).
-const TEXT_EXTENSIONS: &[&str] = &[
-    "txt", "rst", "toml", "yaml", "yml", "json", "ini", "cfg", "sql", "sh", "proto", "graphql", "html", "css",
-];
+const TEXT_EXTENSIONS: &[&str] =
+    &["txt", "rst", "toml", "yaml", "yml", "json", "ini", "cfg", "sql", "sh", "proto", "graphql", "html", "css"];
 
 impl Language {
     pub const ALL: [Language; 8] = [

@@ -6,6 +6,7 @@ pub mod chunk;
 pub mod import;
 mod language;
 pub mod reader;
+pub mod tools;
 
 pub use chunk::{Chunk, chunk_file};
 pub use language::Language;

@@ -25,6 +25,9 @@ pub enum FileReadError {
     Io { path: String, source: std::io::Error },
     #[error("repository: {0}")]
     Repository(String),
+    /// The project has no repository checked out (a deployment matter, not a deleted file).
+    #[error("refused: the project's repository is not checked out")]
+    NoRepository,
 }
 
 /// Reads files of a project's repository. `Ok(None)` means the file does not exist.
@@ -98,7 +101,7 @@ fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Resu
         Ok(dir) => dir,
         // A missing checkout is a deployment problem, not a deleted file: nothing is archived for it.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(FileReadError::Refused("the project's repository is not checked out".into()));
+            return Err(FileReadError::NoRepository);
         }
         Err(e) => return Err(io(e)),
     };
@@ -169,7 +172,7 @@ impl FileReader for GitReader {
         let (reference, max, path) = (self.reference.clone(), self.max_bytes, path.to_string());
         tokio::task::spawn_blocking(move || {
             if !repository.exists() {
-                return Err(FileReadError::Refused("the project's repository is not checked out".into()));
+                return Err(FileReadError::NoRepository);
             }
             Snapshot::open(&repository, &reference)?.read(&path, max)
         })
@@ -303,8 +306,7 @@ impl Snapshot {
         if !entry.mode().is_blob() {
             return Err(FileReadError::Refused(format!("{path:?} is not a regular file")));
         }
-        let header =
-            self.repository.find_header(entry.oid()).map_err(|e| FileReadError::Repository(e.to_string()))?;
+        let header = self.repository.find_header(entry.oid()).map_err(|e| FileReadError::Repository(e.to_string()))?;
         if header.size() > max {
             return Err(FileReadError::TooLarge { limit: max });
         }

@@ -96,9 +96,16 @@ pub struct FileScanner {
 enum Outcome {
     /// Verified: the file (and chunk) as the memory was written from; `hash` is the file's, `anchor` the chunk's
     /// place now (the same or moved).
-    Unchanged { hash: String, anchor: Option<Anchor>, moved: bool },
+    Unchanged {
+        hash: String,
+        anchor: Option<Anchor>,
+        moved: bool,
+    },
     /// The memory's chunk has new text: a new version replaces the memory.
-    Replaced { hash: String, chunk: Chunk },
+    Replaced {
+        hash: String,
+        chunk: Chunk,
+    },
     Changed,
     Missing,
     /// A blob SHA the producer named is not the file's.
@@ -296,13 +303,15 @@ impl FileScanner {
         report: &mut ScanReport,
     ) -> crate::Result<()> {
         let Some(template) = memories.iter().find(|m| is_chunk_copy(m)) else { return Ok(()) };
-        let anchored: Vec<&str> = memories.iter().filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str())).collect();
+        let anchored: Vec<&str> =
+            memories.iter().filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str())).collect();
         for chunk in file.chunks.iter().filter(|c| !anchored.contains(&c.symbol.as_str())) {
             let new = self.new_version(template, &file.sha, chunk).await?;
             let org = template.organization_id;
             let mut tx = store::begin_for_org(pool, org).await?;
             // Another scan may have added it meanwhile.
-            if store::memories::anchored(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some() {
+            if store::memories::anchored(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some()
+            {
                 continue;
             }
             let created = transitions::create(&mut tx, &new, &[]).await?;

@@ -24,6 +24,10 @@ pub use settings::RetrievalConfig;
 pub use types::*;
 
 use crate::{
+    code::{
+        FileReader,
+        tools::{FileRange, RepositoryTools, SymbolText},
+    },
     domain::{Memory, Scope},
     embed::Embedder,
     llm::Llm,
@@ -52,6 +56,8 @@ pub struct Retriever {
     cooldown_key: cooldown_token::TokenKey,
     /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
     text_search_config: String,
+    /// The projects' repositories, for the repository tools (None: this deployment has none).
+    repositories: Option<RepositoryTools>,
 }
 
 impl Retriever {
@@ -66,7 +72,14 @@ impl Retriever {
             cooldown_key: cooldown_token::TokenKey::random(),
             config,
             text_search_config: "memory_text".into(),
+            repositories: None,
         }
+    }
+
+    /// Serves the repository tools from the projects' repositories `reader` reads.
+    pub fn with_repositories(mut self, reader: Arc<dyn FileReader>) -> Self {
+        self.repositories = Some(RepositoryTools::new(reader));
+        self
     }
 
     /// The key shared by every instance that signs and checks cooldown tokens (without one, each instance signs
@@ -154,6 +167,47 @@ impl Retriever {
 
     /// The read scopes of a principal (the context read is one prepared round trip; the small taxonomy it also
     /// returns is not needed here).
+    /// A declaration of a file of the project's repository, by symbol path, for a principal who may read the
+    /// project's memories.
+    pub async fn read_symbol(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        project_id: Uuid,
+        path: &str,
+        symbol: &str,
+    ) -> crate::Result<SymbolText> {
+        let tools = self.repository_tools(organization_id, agent_id).await?;
+        tools.read_symbol(organization_id, project_id, path, symbol).await
+    }
+
+    /// Lines of a file of the project's repository, for a principal who may read the project's memories.
+    pub async fn read_file_range(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        project_id: Uuid,
+        path: &str,
+        lines: (u32, u32),
+    ) -> crate::Result<FileRange> {
+        let tools = self.repository_tools(organization_id, agent_id).await?;
+        tools.read_file_range(organization_id, project_id, path, lines.0, lines.1).await
+    }
+
+    /// The repository tools, when the deployment has repositories and the principal reads project memories (the
+    /// repository of a project is read no more widely than the project's memories; another organisation's
+    /// projects are not under the caller's organisation at all).
+    async fn repository_tools(&self, organization_id: Uuid, agent_id: Option<Uuid>) -> crate::Result<&RepositoryTools> {
+        let tools = self
+            .repositories
+            .as_ref()
+            .ok_or_else(|| crate::Error::Absent("this deployment has no repositories (MEMORY_REPOS_DIR)".into()))?;
+        if !self.read_scopes(organization_id, agent_id).await?.contains(&Scope::Project) {
+            return Err(crate::Error::Forbidden("reading a project's repository needs the project read scope".into()));
+        }
+        Ok(tools)
+    }
+
     async fn read_scopes(&self, organization_id: Uuid, agent_id: Option<Uuid>) -> crate::Result<Vec<Scope>> {
         let stored = match agent_id {
             Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,

@@ -155,7 +155,16 @@ pub struct SearchFilters {
     pub updated_after: Option<DateTime<Utc>>,
     pub updated_before: Option<DateTime<Utc>>,
     pub min_confidence: Option<f64>,
+    /// File-backed memories of files in this language (`rust`, `python`, `typescript`, `markdown`, ...).
+    pub language: Option<String>,
+    /// File-backed memories of files under this path (`src/auth/`).
+    pub path_prefix: Option<String>,
+    /// Memories of this repository, by name.
+    pub repository: Option<String>,
 }
+
+/// The longest text filter (a path prefix, a repository), in bytes.
+pub const MAX_FILTER_TEXT_BYTES: usize = 1000;
 
 /// Values per list filter (tags, labels, memory types).
 pub const MAX_FILTER_VALUES: usize = 32;
@@ -175,6 +184,14 @@ impl SearchFilters {
         };
         if empty(self.created_after, self.created_before) || empty(self.updated_after, self.updated_before) {
             return Some("a date range must end after it starts".into());
+        }
+        let texts = [&self.language, &self.path_prefix, &self.repository];
+        if texts.iter().any(|t| t.as_ref().is_some_and(|t| t.is_empty() || t.len() > MAX_FILTER_TEXT_BYTES)) {
+            return Some(format!("language, path_prefix and repository have 1 to {MAX_FILTER_TEXT_BYTES} bytes"));
+        }
+        if self.language.as_deref().is_some_and(|l| crate::code::Language::parse(l).is_none()) {
+            let known: Vec<&str> = crate::code::Language::ALL.iter().map(|l| l.as_str()).collect();
+            return Some(format!("language is one of {}", known.join(", ")));
         }
         if self.min_confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {
             return Some("min_confidence must be within 0-1".into());
@@ -221,6 +238,15 @@ impl SearchFilters {
         }
         if let Some(v) = self.min_confidence {
             qb.push(" AND m.confidence >= ").push_bind(v);
+        }
+        if let Some(v) = &self.language {
+            qb.push(" AND m.language = ").push_bind(v.clone());
+        }
+        if let Some(v) = &self.path_prefix {
+            qb.push(" AND starts_with(m.file_path, ").push_bind(v.clone()).push(")");
+        }
+        if let Some(v) = &self.repository {
+            qb.push(" AND m.repository = ").push_bind(v.clone());
         }
     }
 }

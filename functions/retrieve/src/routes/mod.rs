@@ -4,6 +4,7 @@ pub(crate) mod memories;
 pub(crate) mod retrieve;
 pub(crate) mod search;
 pub(crate) mod system;
+pub(crate) mod tools;
 
 use axum::{
     Router,
@@ -19,6 +20,10 @@ pub fn router() -> Router<AppState> {
         .route("/v1/tools", get(system::tools))
         .route("/v1/retrieve", post(retrieve::retrieve))
         .route("/v1/tools/memory.query", post(retrieve::memory_query_tool))
+        .route("/v1/tools/search_lexical", post(tools::search_lexical))
+        .route("/v1/tools/search_semantic", post(tools::search_semantic))
+        .route("/v1/tools/read_symbol", post(tools::read_symbol))
+        .route("/v1/tools/read_file_range", post(tools::read_file_range))
         .route("/v1/search", post(search::search))
         .route("/v1/memories/{id}", get(memories::get_memory))
         .route("/v1/memories/{id}/chain", get(memories::chain))
