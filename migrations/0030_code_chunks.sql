@@ -9,16 +9,17 @@ CREATE INDEX memory_anchored ON memory (organization_id, project_id, file_path)
     WHERE anchor IS NOT NULL AND status = 'active';
 
 -- Code words: identifiers split the way engineers type them, so `parseConfig`, `parse_config` and `ParseConfig`
--- share their words, and a path or dotted name (`src/auth/login.rs`, `Server.handle`) is also its parts. Only words
--- with a camel hump or a `.`, `/` or `:` between letters produce any (the text search parser splits `_` and `-`).
+-- share their words and their joined form (`parseconfig`), and a path or dotted name (`src/auth/login.rs`,
+-- `Server.handle`) is also its parts. Only words with a camel hump, an inner `_`, or a `.`, `/` or `:` between
+-- letters produce any (the text search parser itself splits `_` and `-`, keeping only the parts).
 CREATE FUNCTION memory_code_words(t text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(string_agg(
-        regexp_replace(
+    SELECT coalesce(string_agg(concat_ws(' ',
+        CASE WHEN w ~ '[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[[:alpha:]][./:]+[[:alpha:]]' THEN regexp_replace(
             regexp_replace(regexp_replace(w, '([a-z0-9])([A-Z])', '\1 \2', 'g'), '([A-Z]+)([A-Z][a-z])', '\1 \2', 'g'),
-            '[^[:alnum:]]+', ' ', 'g'),
-        ' '), '')
+            '[^[:alnum:]]+', ' ', 'g') END,
+        CASE WHEN w ~ '[[:alnum:]]_+[[:alnum:]]' THEN replace(w, '_', '') END), ' '), '')
     FROM regexp_split_to_table(t, '\s+') AS w
-    WHERE w ~ '[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[[:alpha:]][./:]+[[:alpha:]]'
+    WHERE w ~ '[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[[:alpha:]][./:]+[[:alpha:]]|[[:alnum:]]_+[[:alnum:]]'
 $$;
 
 ALTER TABLE memory DROP COLUMN content_tsv;

@@ -253,7 +253,10 @@ async fn a_blob_sha_the_repository_does_not_have_lowers_the_memory_to_unverified
 async fn an_identifier_is_found_whichever_way_it_is_typed(opts: PgPoolOptions, conn: PgConnectOptions) {
     let s = Setup::new(opts, conn).await;
     s.repo.write("src/config.rs", CONFIG_RS);
-    s.repo.write("web/store.ts", "export function loadUserProfile(id: string) {\n  return fetch(id);\n}\n");
+    let store = "export function loadUserProfile(id: string) {\n  return fetch(id);\n}\n\n\
+                 export function configParse(text: string) {\n  return text;\n}\n";
+    s.repo.write("web/store.ts", store);
+    s.repo.write("docs/startup.md", "# Startup\n\nParse the config, then parse the config again.\n");
     s.repo.commit("first");
     s.ingest(&s.plan().batches).await;
     let retriever = integration_tests::shipped_retriever(&s.db, minilm());
@@ -275,7 +278,9 @@ async fn an_identifier_is_found_whichever_way_it_is_typed(opts: PgPoolOptions, c
         let hits = retriever.search(request).await.unwrap().hits;
         hits.first().and_then(|h| h.memory.anchor.clone()).map(|a| a.symbol).unwrap_or_default()
     };
+    // The identifier, not prose repeating its words, nor another identifier of the same words.
     assert_eq!(search("parseConfig").await, "parse_config");
+    assert_eq!(search("config_parse").await, "configParse");
     assert_eq!(search("ParseConfig").await, "parse_config");
     assert_eq!(search("load_user_profile").await, "loadUserProfile");
     assert_eq!(search("user profile").await, "loadUserProfile");
