@@ -392,3 +392,58 @@ async fn the_repository_tools_read_the_committed_text_and_search_within_filters(
         assert!(search(tool, json!({"repository": "elsewhere"})).await.is_empty(), "{tool}");
     }
 }
+
+/// A producer's summary anchored to an imported chunk is a memory of its own, and the two spans overlap: a search
+/// returns the better of them only.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn memories_anchored_in_overlapping_lines_of_a_file_are_returned_once(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.commit("first");
+    let batches = s.plan().batches;
+    s.ingest(&batches).await;
+    let mut summary = batches[0].clone();
+    summary.batch_id = "summary".into();
+    summary.memories.truncate(1);
+    let m = &mut summary.memories[0];
+    assert_eq!(m.anchor.as_ref().unwrap().symbol, "parse_config");
+    m.content = "parse_config reads the configuration file and takes the port from its length".into();
+    m.anchor.as_mut().unwrap().hash = None;
+    m.anchor.as_mut().unwrap().end_line = 4;
+    assert_eq!(s.ingest(&[summary]).await, 1, "a summary anchored at a chunk is a memory of its own");
+
+    let retriever = integration_tests::shipped_retriever(&s.db, minilm());
+    for strategy in [Strategy::Keyword, Strategy::Vector, Strategy::Hybrid] {
+        let request = SearchRequest {
+            organization_id: s.org,
+            agent_id: None,
+            project_id: Some(s.project),
+            task_id: None,
+            query: "parse_config reads the configuration file".into(),
+            strategy,
+            filters: SearchFilters::default(),
+            fusion: Fusion::default(),
+            vector_weight: 0.5,
+            include_graph: false,
+            max_results: 10,
+            sensitivity_gate: false,
+        };
+        let hits = retriever.search(request).await.unwrap().hits;
+        let at_parse =
+            hits.iter().filter(|h| h.memory.anchor.as_ref().is_some_and(|a| a.start_line <= 7 && a.end_line >= 3));
+        assert_eq!(at_parse.count(), 1, "{strategy:?}: {hits:?}");
+    }
+    let mut ask = memory_core::retrieval::RetrievalRequest::new(
+        s.org,
+        memory_core::retrieval::RetrievalMode::AgentQuery,
+        "what does parse_config read",
+    );
+    ask.project_id = Some(s.project);
+    let found = retriever.query(ask).await.unwrap().memories;
+    let at_parse =
+        found.iter().filter(|m| m.memory.anchor.as_ref().is_some_and(|a| a.start_line <= 7 && a.end_line >= 3));
+    assert_eq!(at_parse.count(), 1, "{found:?}");
+}

@@ -73,7 +73,7 @@ fn by_size(text: &str, first_line: u32, kind: &'static str, context: &str) -> Ve
             kind,
             start_line: first_line + start,
             end_line: first_line + end,
-            text: part,
+            text: part.trim().to_string(),
             context: context.to_string(),
         })
         .collect()
@@ -252,10 +252,11 @@ impl<'a> Walker<'a> {
 
     /// One declaration's chunk, or its parts when it is too long (each with the signature as context).
     fn emit(&mut self, symbol: &str, kind: &'static str, start: usize, end: usize, enclosing: &[String]) {
-        // Whole lines: from the start of the first line, so indentation survives.
+        // Whole lines, from the start of the first, without their common indentation.
         let start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
-        let text = self.text[start..end].trim_end();
-        if text.trim().is_empty() {
+        let dedented = dedent(&self.text[start..end]);
+        let text = dedented.as_str();
+        if text.is_empty() {
             return;
         }
         let first_line = self.lines.line(start);
@@ -285,7 +286,7 @@ impl<'a> Walker<'a> {
                 kind,
                 start_line: first_line + from - 1,
                 end_line: first_line + to - 1,
-                text: part_text.trim_end().to_string(),
+                text: part_text.trim().to_string(),
                 context: context.clone(),
             });
         }
@@ -369,6 +370,15 @@ impl<'a> Walker<'a> {
     }
 }
 
+/// The lines without the indentation they all share, trimmed: a chunk's text as stored (ingest trims content).
+fn dedent(text: &str) -> String {
+    let indent =
+        text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
+    let lines: Vec<&str> =
+        text.lines().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect();
+    lines.join("\n").trim().to_string()
+}
+
 /// Markdown sections: each heading with what follows it up to the next heading, named by the breadcrumb of its
 /// enclosing headings (`Guide > Install > From source`); text before the first heading is `(preamble)`.
 fn markdown(text: &str, header: &str) -> Vec<Chunk> {
@@ -426,7 +436,7 @@ fn markdown(text: &str, header: &str) -> Vec<Chunk> {
                 kind: "section",
                 start_line: first_line + from - 1,
                 end_line: first_line + to - 1,
-                text: part_text.trim_end().to_string(),
+                text: part_text.trim().to_string(),
                 context: context.clone(),
             });
         }
@@ -458,7 +468,8 @@ mod tests {
         assert!(parse.context.contains("path: src/config.rs") && parse.context.contains("imports: use std::fs;"));
         assert!(chunks[1].text.starts_with("#[derive(Debug)]"), "attributes belong to their item");
         let port = &chunks[2];
-        assert!(port.text.starts_with("    /// The port."), "{:?}", port.text);
+        assert!(port.text.starts_with("/// The port.\npub fn port"), "dedented: {:?}", port.text);
+        assert!(port.text.ends_with("\n    self.port\n}"), "inner indentation kept: {:?}", port.text);
         assert!(port.context.contains("in: impl Config {"), "{}", port.context);
     }
 
@@ -467,7 +478,7 @@ mod tests {
         let python = "import os\n\nclass Server:\n    \"\"\"Serves.\"\"\"\n\n    @staticmethod\n    def handle(r):\n        return r\n\ndef main():\n    pass\n";
         let chunks = chunk_file("app.py", Language::Python, python);
         assert_eq!(symbols(&chunks), ["Server", "Server.handle", "main"]);
-        assert!(chunks[1].text.trim_start().starts_with("@staticmethod"));
+        assert!(chunks[1].text.starts_with("@staticmethod\ndef handle(r):"));
 
         let go = "package main\n\nimport \"fmt\"\n\ntype Server struct{}\n\nfunc (s *Server) Handle() {\n\tfmt.Println()\n}\n\nfunc main() {}\n";
         assert_eq!(symbols(&chunk_file("main.go", Language::Go, go)), ["Server", "Server.Handle", "main"]);

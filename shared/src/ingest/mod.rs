@@ -217,10 +217,12 @@ impl Ingestor {
         let mut near_duplicates = false;
         for ((Checked { mut new, taxonomy, entities }, vector), hash) in checked.into_iter().zip(vectors).zip(hashes) {
             let readership = Readership::of_new(&new);
-            // One memory per anchor: a chunk already held stays as it is (the file scan keeps it current).
+            // One copy per chunk: a chunk already held stays as it is (the file scan keeps it current). Other
+            // memories anchored there (a summary of the chunk, say) are memories of their own.
             if let (Some(anchor), Some(path)) = (&new.anchor, &new.file_path)
+                && anchor.hash.as_deref() == Some(content_hash(new.content.as_bytes()).as_str())
                 && let Some(existing) =
-                    store::memories::anchored(&mut *tx, org, new.project_id, path, &anchor.symbol).await?
+                    store::memories::chunk_at(&mut *tx, org, new.project_id, path, &anchor.symbol).await?
             {
                 receipt.memory_ids.push(existing);
                 receipt.duplicates += 1;

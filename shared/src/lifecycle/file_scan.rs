@@ -293,7 +293,7 @@ impl FileScanner {
         Ok(new)
     }
 
-    /// New memories for the chunks of a file that no active memory anchors, when the file's memories are copies of
+    /// New memories for the chunks of a file that no active memory copies, when the file's memories are copies of
     /// its chunks (an imported repository): shaped like the first of them.
     async fn add_unanchored_chunks(
         &self,
@@ -303,14 +303,17 @@ impl FileScanner {
         report: &mut ScanReport,
     ) -> crate::Result<()> {
         let Some(template) = memories.iter().find(|m| is_chunk_copy(m)) else { return Ok(()) };
-        let anchored: Vec<&str> =
-            memories.iter().filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str())).collect();
-        for chunk in file.chunks.iter().filter(|c| !anchored.contains(&c.symbol.as_str())) {
+        let copied: Vec<&str> = memories
+            .iter()
+            .filter(|m| is_chunk_copy(m))
+            .filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str()))
+            .collect();
+        for chunk in file.chunks.iter().filter(|c| !copied.contains(&c.symbol.as_str())) {
             let new = self.new_version(template, &file.sha, chunk).await?;
             let org = template.organization_id;
             let mut tx = store::begin_for_org(pool, org).await?;
             // Another scan may have added it meanwhile.
-            if store::memories::anchored(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some()
+            if store::memories::chunk_at(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some()
             {
                 continue;
             }

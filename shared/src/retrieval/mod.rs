@@ -3,6 +3,7 @@
 
 pub mod cooldown;
 pub mod cooldown_token;
+pub mod distinct;
 pub mod fusion;
 pub mod mention;
 mod pipeline;

@@ -104,7 +104,7 @@ pub fn rank(
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
-    scored
+    super::distinct::distinct_spans(scored, |(_, c)| &c.memory)
         .into_iter()
         .take(max_results)
         .map(|(score, c)| RankedMemory {

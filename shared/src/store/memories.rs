@@ -128,8 +128,9 @@ pub async fn set_trust(
         .map(|r| r.rows_affected())
 }
 
-/// The active memory of the project anchored at `symbol` of `path`, if any.
-pub async fn anchored(
+/// The active memory of the project that is the chunk at `symbol` of `path` (anchored there, its content the
+/// chunk's text), if any.
+pub async fn chunk_at(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     project_id: Option<Uuid>,
@@ -138,7 +139,8 @@ pub async fn anchored(
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar(
         "SELECT id FROM memory WHERE organization_id = $1 AND project_id IS NOT DISTINCT FROM $2 AND file_path = $3 \
-             AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4 LIMIT 1",
+             AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4 \
+             AND anchor->>'hash' = 'sha256:' || encode(sha256(convert_to(content, 'UTF8')), 'hex') LIMIT 1",
     )
     .bind(organization_id)
     .bind(project_id)
