@@ -140,7 +140,8 @@ pub struct EntitySynthesisJob {
     pub force: bool,
 }
 
-/// `memory_file_scan`: one organisation's file-backed memories (one project's when `project_id` is given).
+/// `memory_file_scan`: one organisation's file-backed memories (one project's when `project_id` is given), from
+/// the file after `after` on (a scan that had more files than one run takes queues the rest so).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileScanJob {
@@ -148,6 +149,22 @@ pub struct FileScanJob {
     pub organization_id: Uuid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<FileCursor>,
+}
+
+impl FileScanJob {
+    pub fn new(organization_id: Uuid, project_id: Option<Uuid>) -> Self {
+        Self { job_type: Some(JobType::MemoryFileScan), organization_id, project_id, after: None }
+    }
+}
+
+/// A file of a project: where a paged file scan goes on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCursor {
+    pub project_id: Option<Uuid>,
+    pub path: String,
 }
 
 /// A job waiting in (or sent from) the job outbox.

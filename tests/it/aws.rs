@@ -207,7 +207,7 @@ async fn a_relay_sends_the_jobs_it_has_queues_for_and_leaves_the_rest(opts: PgPo
     let org = Uuid::now_v7();
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     for _ in 0..12 {
-        let scan = FileScanJob { job_type: Some(JobType::MemoryFileScan), organization_id: org, project_id: None };
+        let scan = FileScanJob::new(org, None);
         store::jobs::enqueue(&mut *tx, org, JobType::MemoryFileScan, serde_json::to_value(scan).unwrap())
             .await
             .unwrap();

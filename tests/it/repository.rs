@@ -447,3 +447,34 @@ async fn memories_anchored_in_overlapping_lines_of_a_file_are_returned_once(
         found.iter().filter(|m| m.memory.anchor.as_ref().is_some_and(|a| a.start_line <= 7 && a.end_line >= 3));
     assert_eq!(at_parse.count(), 1, "{found:?}");
 }
+
+/// A scan job reads a bounded number of files and queues the job for the rest with its cursor; the jobs together
+/// scan every file once.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_large_scan_pages_through_the_files_with_a_cursor(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::jobs::FileScanJob;
+    let s = Setup::new(opts, conn).await;
+    for name in ["a", "B", "c", "d", "e"] {
+        s.repo.write(&format!("docs/{name}.md"), &format!("# {name}\n\nAbout {name}.\n"));
+    }
+    s.repo.commit("five files");
+    s.ingest(&s.plan().batches).await;
+    let scanner = s.scanner().with_files_per_run(2);
+    let mut job = FileScanJob::new(s.org, None);
+    let mut scanned = Vec::new();
+    for run in 1.. {
+        let report = scanner.scan_from(&s.db.app, &job).await.unwrap();
+        scanned.push(report.scanned);
+        let sql = "DELETE FROM memory_job_outbox WHERE organization_id = $1 AND job_type = 'memory_file_scan' \
+                   RETURNING body";
+        let queued: Vec<serde_json::Value> = sqlx::query_scalar(sql).bind(s.org).fetch_all(&s.db.admin).await.unwrap();
+        match queued.as_slice() {
+            [] => break,
+            [next] => job = serde_json::from_value(next.clone()).unwrap(),
+            more => panic!("run {run} queued {} jobs", more.len()),
+        }
+        assert!(job.after.is_some(), "the job for the rest carries its cursor");
+    }
+    assert_eq!(scanned, [2, 2, 1], "two files a run, each once");
+    assert!(s.active().await.iter().all(|m| m.last_verified_at.is_some()), "every file scanned");
+}

@@ -27,7 +27,7 @@ impl JobHandler for Worker<FileScanner> {
     type Job = FileScanJob;
 
     async fn handle(&self, job: FileScanJob, _: &Delivery) -> anyhow::Result<()> {
-        let report = self.service.scan_project(&self.pool, job.organization_id, job.project_id).await?;
+        let report = self.service.scan_from(&self.pool, &job).await?;
         tracing::info!(organization_id = %job.organization_id, ?report, "file scan finished");
         Ok(())
     }

@@ -23,7 +23,7 @@ use crate::{
     code::{Chunk, FileReader, Language, blob_sha, chunk_file, reader::is_blob_sha},
     domain::{Anchor, Memory, MemoryStatus, NewMemory, TrustLevel, content_hash},
     embed::Embedder,
-    jobs::{FileScanJob, JobType},
+    jobs::{FileCursor, FileScanJob, JobType},
     lifecycle::embed_optional,
     store::{self, transitions},
 };
@@ -53,7 +53,7 @@ pub async fn schedule_scans(pool: &PgPool) -> crate::Result<usize> {
             _ => projects.into_iter().map(|(project, _)| project).collect(),
         };
         for project_id in scopes {
-            let job = FileScanJob { job_type: Some(JobType::MemoryFileScan), organization_id, project_id };
+            let job = FileScanJob::new(organization_id, project_id);
             let body = serde_json::to_value(job).expect("a job serialises");
             store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryFileScan, body).await?;
             queued += 1;
@@ -90,6 +90,25 @@ pub struct FileScanner {
     reader: Arc<dyn FileReader>,
     embedder: Option<Arc<dyn Embedder>>,
     missing_grace: TimeDelta,
+    files_per_run: i64,
+}
+
+/// Files one run of a scan job reads at most; a larger scan queues a job for the rest.
+pub const FILES_PER_RUN: i64 = 500;
+
+impl ScanReport {
+    fn add(&mut self, other: &ScanReport) {
+        self.scanned += other.scanned;
+        self.unchanged += other.unchanged;
+        self.moved += other.moved;
+        self.replaced += other.replaced;
+        self.added += other.added;
+        self.changed += other.changed;
+        self.missing += other.missing;
+        self.archived += other.archived;
+        self.mismatched += other.mismatched;
+        self.failed += other.failed;
+    }
 }
 
 /// What a scan found for one memory.
@@ -122,12 +141,18 @@ struct ReadFile {
 
 impl FileScanner {
     pub fn new(reader: Arc<dyn FileReader>) -> Self {
-        Self { reader, embedder: None, missing_grace: DEFAULT_MISSING_GRACE }
+        Self { reader, embedder: None, missing_grace: DEFAULT_MISSING_GRACE, files_per_run: FILES_PER_RUN }
     }
 
     /// How long a file may be missing before its memory is archived.
     pub fn with_missing_grace(mut self, grace: TimeDelta) -> Self {
         self.missing_grace = grace;
+        self
+    }
+
+    /// Files one run of a scan job reads at most.
+    pub fn with_files_per_run(mut self, files: i64) -> Self {
+        self.files_per_run = files.max(1);
         self
     }
 
@@ -137,30 +162,68 @@ impl FileScanner {
         self
     }
 
-    /// The reader the scan reads repositories with (the repository tools read through the same).
-    pub fn reader(&self) -> Arc<dyn FileReader> {
-        self.reader.clone()
-    }
-
-    /// Scans every active file-backed memory of an organisation.
+    /// Scans every active file-backed memory of an organisation, page after page.
     pub async fn scan(&self, pool: &PgPool, organization_id: Uuid) -> crate::Result<ScanReport> {
         self.scan_project(pool, organization_id, None).await
     }
 
-    /// Scans the active file-backed memories of an organisation, or of one of its projects, a file at a time.
+    /// Scans the active file-backed memories of an organisation, or of one of its projects, page after page.
     pub async fn scan_project(
         &self,
         pool: &PgPool,
         organization_id: Uuid,
         project_id: Option<Uuid>,
     ) -> crate::Result<ScanReport> {
+        let mut total = ScanReport::default();
+        let mut after = None;
+        loop {
+            let (report, next) = self.scan_page(pool, organization_id, project_id, after.as_ref()).await?;
+            total.add(&report);
+            match next {
+                Some(cursor) => after = Some(cursor),
+                None => return Ok(total),
+            }
+        }
+    }
+
+    /// One run of a scan job: at most [`FILES_PER_RUN`] files from the job's cursor on; when files remain, the
+    /// job for the rest goes into the job outbox (each run fits the function's timeout however large the
+    /// repository).
+    pub async fn scan_from(&self, pool: &PgPool, job: &FileScanJob) -> crate::Result<ScanReport> {
+        let (report, next) = self.scan_page(pool, job.organization_id, job.project_id, job.after.as_ref()).await?;
+        if let Some(cursor) = next {
+            let rest = FileScanJob { after: Some(cursor), ..job.clone() };
+            let mut tx = store::begin_for_org(pool, job.organization_id).await?;
+            let body = serde_json::to_value(rest).expect("a job serialises");
+            store::jobs::enqueue(&mut *tx, job.organization_id, JobType::MemoryFileScan, body).await?;
+            tx.commit().await?;
+        }
+        Ok(report)
+    }
+
+    /// Scans the next page of files after `after`; returns what it did and, when more files may follow, the last
+    /// file it scanned.
+    async fn scan_page(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        project_id: Option<Uuid>,
+        after: Option<&FileCursor>,
+    ) -> crate::Result<(ScanReport, Option<FileCursor>)> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let memories = store::memories::active_file_backed(&mut *tx, organization_id, project_id).await?;
+        let memories =
+            store::memories::active_file_backed_page(&mut *tx, organization_id, project_id, after, self.files_per_run)
+                .await?;
         tx.commit().await?;
         let mut files: BTreeMap<(Option<Uuid>, String), Vec<Memory>> = BTreeMap::new();
         for memory in memories {
             files.entry((memory.project_id, memory.file_path.clone().unwrap_or_default())).or_default().push(memory);
         }
+        let next = (files.len() as i64 >= self.files_per_run)
+            .then(|| {
+                files.keys().last().map(|(project_id, path)| FileCursor { project_id: *project_id, path: path.clone() })
+            })
+            .flatten();
         let mut report = ScanReport::default();
         for ((project, path), memories) in files {
             report.scanned += memories.len();
@@ -196,7 +259,7 @@ impl FileScanner {
                 self.add_unanchored_chunks(pool, &memories, file, &mut report).await?;
             }
         }
-        Ok(report)
+        Ok((report, next))
     }
 
     /// Writes one memory's outcome in its own transaction, after checking that the memory is still the current,

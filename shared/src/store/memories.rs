@@ -6,7 +6,10 @@ use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::domain::{Anchor, Memory, NewMemory, TrustLevel};
+use crate::{
+    domain::{Anchor, Memory, NewMemory, TrustLevel},
+    jobs::FileCursor,
+};
 
 /// Inserts a memory and returns it as stored.
 pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Result<Memory> {
@@ -63,18 +66,37 @@ pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid
     qb.build_query_as().fetch_optional(conn).await
 }
 
-/// Active file-backed memories of an organisation (of one project when given), oldest scan first.
-pub async fn active_file_backed(
+/// The active file-backed memories of the next `files` files (of one project when given) after `after`, in
+/// (project, path) order, paths by their bytes as Rust orders them: the pages of a file scan, each file whole.
+pub async fn active_file_backed_page(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     project_id: Option<Uuid>,
+    after: Option<&FileCursor>,
+    files: i64,
 ) -> sqlx::Result<Vec<Memory>> {
     let sql = format!(
-        "SELECT {MEMORY_COLUMNS} FROM memory m WHERE m.organization_id = $1 AND m.file_backed AND m.status = 'active' \
-           AND ($2::uuid IS NULL OR m.project_id = $2) \
-         ORDER BY m.file_last_scanned_at NULLS FIRST, m.id"
+        "WITH files AS (\
+             SELECT DISTINCT coalesce(project_id, '00000000-0000-0000-0000-000000000000') AS project, \
+                    file_path COLLATE \"C\" AS file_path \
+             FROM memory WHERE organization_id = $1 AND file_backed AND status = 'active' \
+               AND ($2::uuid IS NULL OR project_id = $2) \
+               AND ($3::text IS NULL OR (coalesce(project_id, '00000000-0000-0000-0000-000000000000'), \
+                    file_path COLLATE \"C\") > (coalesce($4::uuid, '00000000-0000-0000-0000-000000000000'), $3)) \
+             ORDER BY 1, 2 LIMIT $5) \
+         SELECT {MEMORY_COLUMNS} FROM memory m JOIN files f \
+           ON coalesce(m.project_id, '00000000-0000-0000-0000-000000000000') = f.project AND m.file_path = f.file_path \
+         WHERE m.organization_id = $1 AND m.file_backed AND m.status = 'active' \
+         ORDER BY f.project, f.file_path, m.id"
     );
-    sqlx::query_as(&sql).bind(organization_id).bind(project_id).fetch_all(executor).await
+    sqlx::query_as(&sql)
+        .bind(organization_id)
+        .bind(project_id)
+        .bind(after.map(|a| a.path.clone()))
+        .bind(after.and_then(|a| a.project_id))
+        .bind(files)
+        .fetch_all(executor)
+        .await
 }
 
 /// How many active file-backed memories each project of an organisation has.
