@@ -180,7 +180,7 @@ impl<'a> Walker<'a> {
                 break;
             }
             if !imports.is_empty() {
-                imports.push_str("; ");
+                imports.push(' ');
             }
             imports.push_str(&line);
         }
@@ -308,7 +308,12 @@ impl<'a> Walker<'a> {
             (Language::Rust, "const_item" | "static_item") => leaf(name("name"), "constant"),
             (Language::Rust, "macro_definition") => leaf(name("name"), "macro"),
             (Language::Rust, "trait_item") => container(name("name"), "trait", true),
-            (Language::Rust, "impl_item") => container(name("type"), "impl", false),
+            // `impl<T> Display for Wrapper<T>`: the members are `Wrapper::...`.
+            (Language::Rust, "impl_item") => container(
+                name("type").map(|t| t.split('<').next().unwrap_or_default().trim().to_string()),
+                "impl",
+                false,
+            ),
             (Language::Rust, "mod_item") => container(name("name"), "module", false),
             (Language::Python, "function_definition") => leaf(name("name"), "function"),
             (Language::Python, "class_definition") => container(name("name"), "class", true),
@@ -513,7 +518,7 @@ mod tests {
 
     #[test]
     fn repeated_symbols_are_numbered_and_text_is_chunked_by_lines() {
-        let text = "impl A {\n    fn fmt() {}\n}\nimpl A {\n    fn fmt() {}\n}\n";
+        let text = "impl A {\n    fn fmt() {}\n}\nimpl<T> A<T> {\n    fn fmt() {}\n}\n";
         assert_eq!(symbols(&chunk_file("a.rs", Language::Rust, text)), ["A::fmt", "A::fmt #2"]);
         let chunks = chunk_file("notes.txt", Language::Text, "one\ntwo\n");
         assert_eq!((chunks[0].symbol.as_str(), chunks[0].end_line), ("lines 1-2", 2));

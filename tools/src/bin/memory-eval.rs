@@ -56,6 +56,9 @@ struct Args {
     /// Ask every question this much later than its `asked_at` (e.g. `180d`): how the modes' recency ages.
     #[arg(long, value_parser = parse_days)]
     asked_at_offset: Option<chrono::Duration>,
+    /// Index without code words (identifiers split and joined; migration 0030), to measure what they add.
+    #[arg(long)]
+    without_code_words: bool,
     /// The model directory (default MEMORY_MODEL_DIR).
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
@@ -223,6 +226,11 @@ async fn main() -> anyhow::Result<()> {
     // Load through the ingest path, as production stores memories: one organisation per group, documents as
     // organisation-wide semantic memories (an exact duplicate within a group is stored once).
     let db = scratch::recreate("memory_eval", 8).await?;
+    if args.without_code_words {
+        sqlx::query("CREATE OR REPLACE FUNCTION memory_code_words(t text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT '' $$")
+            .execute(&db.admin)
+            .await?;
+    }
     let model = Arc::new(MiniLm::new(&args.model_dir)?);
     let cached = Arc::new(DiskCachedEmbedder::open(model.clone(), &args.cache_dir)?);
     let ingestor = Ingestor::new(db.admin.clone(), cached);
@@ -277,13 +285,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut report = serde_json::Map::new();
     println!(
-        "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "strategy", "nDCG@10", "R@5", "R@10", "R@25", "R@50", "MRR@10"
+        "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "strategy", "nDCG@10", "R@1", "R@5", "R@10", "R@25", "R@50", "MRR@10"
     );
     for strategy in &args.strategies {
         let started = Instant::now();
         let mut run = String::new();
-        let mut sums = [0.0f64; 6];
+        let mut sums = [0.0f64; 7];
         for (qid, relevant) in &qrels {
             let query = queries.get(qid).with_context(|| format!("query {qid} is judged but not in queries.jsonl"))?;
             let chosen = retrievers.get(strategy.as_str()).unwrap_or(retriever);
@@ -294,6 +302,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let m = [
                 stats::ndcg_at(&ranked, relevant, 10),
+                stats::recall_at(&ranked, relevant, 1),
                 stats::recall_at(&ranked, relevant, 5),
                 stats::recall_at(&ranked, relevant, 10),
                 stats::recall_at(&ranked, relevant, 25),
@@ -305,19 +314,20 @@ async fn main() -> anyhow::Result<()> {
         let n = qrels.len() as f64;
         let means: Vec<f64> = sums.iter().map(|s| s / n).collect();
         println!(
-            "{strategy:<10} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4}   ({:.1?})",
+            "{strategy:<10} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4}   ({:.1?})",
             means[0],
             means[1],
             means[2],
             means[3],
             means[4],
             means[5],
+            means[6],
             started.elapsed()
         );
         report.insert(
             strategy.clone(),
-            json!({"ndcg@10": means[0], "recall@5": means[1], "recall@10": means[2], "recall@25": means[3],
-                   "recall@50": means[4], "mrr@10": means[5]}),
+            json!({"ndcg@10": means[0], "recall@1": means[1], "recall@5": means[2], "recall@10": means[3],
+                   "recall@25": means[4], "recall@50": means[5], "mrr@10": means[6]}),
         );
         if let Some(dir) = &args.run_dir {
             std::fs::write(dir.join(format!("{strategy}.trec")), run)?;
