@@ -7,6 +7,9 @@ ALTER TABLE memory
     ADD COLUMN anchor jsonb CHECK (anchor IS NULL OR (file_path IS NOT NULL AND jsonb_typeof(anchor) = 'object'));
 CREATE INDEX memory_anchored ON memory (organization_id, project_id, file_path)
     WHERE anchor IS NOT NULL AND status = 'active';
+-- The file scan's pages: an organisation's files in (project, path) order, paths by their bytes.
+CREATE INDEX memory_file_pages ON memory (organization_id, project_id, (file_path COLLATE "C"))
+    WHERE file_backed AND status = 'active';
 
 -- Code words: identifiers split the way engineers type them, so `parseConfig`, `parse_config` and `ParseConfig`
 -- share their words and their joined form (`parseconfig`), and a path or dotted name (`src/auth/login.rs`,

@@ -478,3 +478,33 @@ async fn a_large_scan_pages_through_the_files_with_a_cursor(opts: PgPoolOptions,
     assert_eq!(scanned, [2, 2, 1], "two files a run, each once");
     assert!(s.active().await.iter().all(|m| m.last_verified_at.is_some()), "every file scanned");
 }
+
+/// Two imports of one commit racing (other batch ids, so no replay) write each chunk once, and a scan job
+/// delivered twice queues the job for the rest once.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn racing_imports_write_each_chunk_once_and_a_redelivered_scan_queues_the_rest_once(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::jobs::FileScanJob;
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.write("docs/guide.md", GUIDE_MD);
+    s.repo.commit("first");
+    let plan = s.plan();
+    let mut again = plan.batches.clone();
+    for batch in &mut again {
+        batch.batch_id.push_str(":again");
+    }
+    let (a, b) = tokio::join!(s.ingest(&plan.batches), s.ingest(&again));
+    assert_eq!(a + b, plan.chunks, "each chunk once");
+    assert_eq!(s.active().await.len(), plan.chunks);
+
+    let job = FileScanJob::new(s.org, None);
+    let scanner = s.scanner().with_files_per_run(1);
+    scanner.scan_from(&s.db.app, &job).await.unwrap();
+    scanner.scan_from(&s.db.app, &job).await.unwrap();
+    let sql = "SELECT count(*) FROM memory_job_outbox WHERE organization_id = $1 AND job_type = 'memory_file_scan'";
+    let queued: i64 = sqlx::query_scalar(sql).bind(s.org).fetch_one(&s.db.admin).await.unwrap();
+    assert_eq!(queued, 1);
+}

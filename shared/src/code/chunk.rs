@@ -14,6 +14,11 @@ use crate::domain::content_hash;
 pub const MAX_CHUNK_BYTES: usize = 4096;
 /// The most of a file's imports carried in each chunk's context.
 const MAX_IMPORTS_BYTES: usize = 600;
+/// The most of a declaration's first line carried as a signature (of a split declaration or an enclosing one).
+const MAX_SIGNATURE_BYTES: usize = 200;
+/// The longest context (ingest takes at most 8 KiB) and symbol (at most 1,000 bytes).
+const MAX_CONTEXT_BYTES: usize = 2048;
+const MAX_SYMBOL_BYTES: usize = 400;
 
 /// One chunk of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +51,15 @@ pub fn chunk_file(path: &str, language: Language, text: &str) -> Vec<Chunk> {
         Language::Text => by_size(text, 0, "text", &header),
         source => declarations(source, text, &header).unwrap_or_else(|| by_size(text, 0, "text", &header)),
     };
-    unique_symbols(chunks)
+    let bounded_chunks = chunks.into_iter().map(|mut chunk| {
+        if chunk.symbol.trim().is_empty() {
+            chunk.symbol = format!("lines {}-{}", chunk.start_line, chunk.end_line);
+        }
+        chunk.symbol = bounded(&chunk.symbol, MAX_SYMBOL_BYTES).to_string();
+        chunk.context = bounded(&chunk.context, MAX_CONTEXT_BYTES).to_string();
+        chunk
+    });
+    unique_symbols(bounded_chunks.collect())
 }
 
 /// Byte offsets at which lines start, for 1-based line numbers.
@@ -212,7 +225,8 @@ impl<'a> Walker<'a> {
                         let end = first_member.unwrap_or(child.end_byte());
                         self.emit(&symbol, kind, start, end, enclosing);
                     }
-                    let signature = self.source(inner).lines().next().unwrap_or_default().trim().to_string();
+                    let first_line = self.source(inner).lines().next().unwrap_or_default().trim();
+                    let signature = bounded(first_line, MAX_SIGNATURE_BYTES).to_string();
                     let mut path = path.to_vec();
                     path.push(name);
                     let mut enclosing = enclosing.to_vec();
@@ -278,7 +292,7 @@ impl<'a> Walker<'a> {
         }
         let signature = text.lines().find(|l| !l.trim_start().starts_with(['/', '#', '@'])).unwrap_or_default();
         context.push_str("\nsignature: ");
-        context.push_str(signature.trim());
+        context.push_str(bounded(signature.trim(), MAX_SIGNATURE_BYTES));
         for (part, (from, to, part_text)) in split_lines(text).into_iter().enumerate() {
             let symbol = if part == 0 { symbol.to_string() } else { format!("{symbol} (part {})", part + 1) };
             self.chunks.push(Chunk {
@@ -377,11 +391,20 @@ impl<'a> Walker<'a> {
 
 /// The lines without the indentation they all share, trimmed: a chunk's text as stored (ingest trims content).
 fn dedent(text: &str) -> String {
-    let indent =
-        text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
-    let lines: Vec<&str> =
-        text.lines().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect();
+    // Indentation is ASCII spaces and tabs, so every cut falls on a character boundary.
+    let indentation = |l: &str| l.bytes().take_while(|b| *b == b' ' || *b == b'\t').count();
+    let indent = text.lines().filter(|l| !l.trim().is_empty()).map(indentation).min().unwrap_or(0);
+    let lines: Vec<&str> = text.lines().map(|l| &l[indentation(l).min(indent)..]).collect();
     lines.join("\n").trim().to_string()
+}
+
+/// `text` cut to at most `max` bytes at a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    &text[..cut]
 }
 
 /// Markdown sections: each heading with what follows it up to the next heading, named by the breadcrumb of its
@@ -514,6 +537,23 @@ mod tests {
         assert_eq!(chunks[1].symbol, "long (part 2)");
         assert!(chunks[1].context.contains("signature: fn long() {"));
         assert_eq!(chunks.last().unwrap().end_line, 402);
+    }
+
+    #[test]
+    fn odd_text_never_panics_and_every_chunk_is_bounded() {
+        // Non-breaking spaces in the indentation of a member (cut by bytes, they would split a character).
+        let nbsp = "impl A {\n    fn a() {\n \u{a0}\u{a0}x();\n    }\n}\n";
+        assert!(!chunk_file("a.rs", Language::Rust, nbsp).is_empty());
+        let minified = format!("class A {{ m() {{ return {}; }} }}\n", "1+".repeat(5000) + "1");
+        let untitled = "#\n\ntext\n\n## \n\nmore\n";
+        for (path, language, text) in
+            [("m.js", Language::JavaScript, minified.as_str()), ("u.md", Language::Markdown, untitled)]
+        {
+            for chunk in chunk_file(path, language, text) {
+                assert!(!chunk.symbol.trim().is_empty() && chunk.symbol.len() <= MAX_SYMBOL_BYTES);
+                assert!(chunk.context.len() <= MAX_CONTEXT_BYTES && chunk.text.len() <= MAX_CHUNK_BYTES);
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! A repository's snapshot as ingest messages: one memory per chunk of every file the chunker reads, file-backed
 //! and anchored, named by its blob SHA (so `verified`, and checked by the scan). A file is one batch (more if it has
-//! more chunks than a batch holds), named by the repository, path and blob SHA: importing the same snapshot again
+//! more chunks than a batch holds), named by a hash of the project, repository, path and blob SHA: importing the same snapshot again
 //! replays those batches and changes nothing, and an anchor already held by an active memory is not written twice.
 
 use std::collections::BTreeMap;
@@ -34,6 +34,14 @@ pub struct ImportPlan {
     pub chunks: usize,
     /// Files skipped: not a language the chunker reads, too large, or not UTF-8.
     pub skipped: usize,
+}
+
+/// A file's batch: the same for the same project, repository, path, blob and part, and within the 200 characters a
+/// batch id may have however long the path.
+fn batch_id(target: &ImportTarget, path: &str, blob_sha: &str, part: usize) -> String {
+    use sha2::{Digest, Sha256};
+    let key = format!("{}\n{}\n{path}\n{blob_sha}\n{part}", target.project_id, target.repository);
+    format!("import:{:x}", Sha256::digest(key.as_bytes()))
 }
 
 /// The ingest messages that import `snapshot` into `target`.
@@ -95,7 +103,7 @@ pub fn plan(snapshot: &Snapshot, target: &ImportTarget) -> Result<ImportPlan, Fi
                 job_type: None,
                 version: VERSION,
                 organization_id: target.organization_id,
-                batch_id: format!("import:{}:{}:{}:{part}", target.repository, file.path, file.blob_sha),
+                batch_id: batch_id(target, &file.path, &file.blob_sha, part),
                 memories: memories.to_vec(),
             });
         }

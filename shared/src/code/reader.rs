@@ -36,7 +36,8 @@ pub trait FileReader: Send + Sync {
     async fn read(&self, organization_id: Uuid, project_id: Uuid, path: &str)
     -> Result<Option<Vec<u8>>, FileReadError>;
 
-    /// Whether the repository holds a blob of this SHA (in any commit): Some when the reader can tell.
+    /// Whether the repository holds a blob (file content) of this SHA, from any commit: Some when the reader can
+    /// tell.
     async fn holds_blob(&self, _organization_id: Uuid, _project_id: Uuid, _sha: &str) -> Option<bool> {
         None
     }
@@ -183,7 +184,11 @@ impl FileReader for GitReader {
     async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
         let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
         let id = gix::ObjectId::from_hex(sha.as_bytes()).ok()?;
-        tokio::task::spawn_blocking(move || gix::open(repository).ok().map(|r| r.has_object(id))).await.ok()?
+        let held = move || {
+            let repository = gix::open(repository).ok()?;
+            Some(repository.find_header(id).is_ok_and(|header| header.kind() == gix::object::Kind::Blob))
+        };
+        tokio::task::spawn_blocking(held).await.ok()?
     }
 }
 

@@ -221,8 +221,12 @@ impl Ingestor {
             // memories anchored there (a summary of the chunk, say) are memories of their own.
             if let (Some(anchor), Some(path)) = (&new.anchor, &new.file_path)
                 && anchor.hash.as_deref() == Some(content_hash(new.content.as_bytes()).as_str())
-                && let Some(existing) =
-                    store::memories::chunk_at(&mut *tx, org, new.project_id, path, &anchor.symbol).await?
+                && new.scope == Scope::Project
+                && let Some(existing) = {
+                    store::memories::lock_file(&mut *tx, org, new.project_id, path).await?;
+                    let repository = new.repository.as_deref();
+                    store::memories::chunk_at(&mut *tx, org, new.project_id, repository, path, &anchor.symbol).await?
+                }
             {
                 receipt.memory_ids.push(existing);
                 receipt.duplicates += 1;
@@ -358,6 +362,12 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
         }
         Scope::AgentPrivate => {
             required(m.agent_id, "agent_id")?;
+        }
+    }
+    if let Some(path) = &m.file_path {
+        let plain = std::path::Path::new(path).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if path.is_empty() || path.len() > MAX_ANCHOR_BYTES || !plain {
+            return Err("file_path is a plain path inside the repository (no leading /, no . or .. parts)".into());
         }
     }
     if m.file_path.is_some() && m.project_id.is_none() {

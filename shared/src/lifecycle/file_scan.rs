@@ -21,7 +21,7 @@ use uuid::Uuid;
 pub use crate::code::reader::DEFAULT_MAX_FILE_BYTES;
 use crate::{
     code::{Chunk, FileReader, Language, blob_sha, chunk_file, reader::is_blob_sha},
-    domain::{Anchor, Memory, MemoryStatus, NewMemory, TrustLevel, content_hash},
+    domain::{Anchor, Memory, MemoryStatus, NewMemory, Scope, TrustLevel, content_hash},
     embed::Embedder,
     jobs::{FileCursor, FileScanJob, JobType},
     lifecycle::embed_optional,
@@ -195,7 +195,10 @@ impl FileScanner {
             let rest = FileScanJob { after: Some(cursor), ..job.clone() };
             let mut tx = store::begin_for_org(pool, job.organization_id).await?;
             let body = serde_json::to_value(rest).expect("a job serialises");
-            store::jobs::enqueue(&mut *tx, job.organization_id, JobType::MemoryFileScan, body).await?;
+            // A scan delivered twice queues the rest once while the first is waiting to be sent.
+            if !store::jobs::has_unsent_body(&mut *tx, job.organization_id, JobType::MemoryFileScan, &body).await? {
+                store::jobs::enqueue(&mut *tx, job.organization_id, JobType::MemoryFileScan, body).await?;
+            }
             tx.commit().await?;
         }
         Ok(report)
@@ -352,6 +355,12 @@ impl FileScanner {
         new.content_hash = Some(hash.to_string());
         new.anchor = Some(anchor_of(chunk));
         new.provenance = memory.provenance.clone();
+        // `<repository>@<ref>:<path>#<symbol>@<blob sha>`, for this chunk and this blob.
+        if let Some((repository_at_ref, _)) = memory.provenance.source_ref.as_deref().and_then(|r| r.split_once(':')) {
+            let path = memory.file_path.as_deref().unwrap_or_default();
+            new.provenance.source_ref = Some(format!("{repository_at_ref}:{path}#{}@{hash}", chunk.symbol));
+        }
+        new.labels = serde_json::json!({"chunk": chunk.kind});
         new.embedding = embed_optional(self.embedder.as_deref(), &new.embedding_input(), EMBED_BUDGET).await?;
         Ok(new)
     }
@@ -365,18 +374,24 @@ impl FileScanner {
         file: &ReadFile,
         report: &mut ScanReport,
     ) -> crate::Result<()> {
-        let Some(template) = memories.iter().find(|m| is_chunk_copy(m)) else { return Ok(()) };
+        let Some(template) = memories.iter().find(|m| is_chunk_copy(m) && m.scope == Scope::Project) else {
+            return Ok(());
+        };
         let copied: Vec<&str> = memories
             .iter()
-            .filter(|m| is_chunk_copy(m))
+            .filter(|m| is_chunk_copy(m) && m.scope == Scope::Project && m.repository == template.repository)
             .filter_map(|m| m.anchor.as_ref().map(|a| a.symbol.as_str()))
             .collect();
         for chunk in file.chunks.iter().filter(|c| !copied.contains(&c.symbol.as_str())) {
             let new = self.new_version(template, &file.sha, chunk).await?;
             let org = template.organization_id;
             let mut tx = store::begin_for_org(pool, org).await?;
-            // Another scan may have added it meanwhile.
-            if store::memories::chunk_at(&mut *tx, org, template.project_id, &file.path, &chunk.symbol).await?.is_some()
+            // An import or another scan may have added it meanwhile.
+            store::memories::lock_file(&mut *tx, org, template.project_id, &file.path).await?;
+            let repository = template.repository.as_deref();
+            if store::memories::chunk_at(&mut *tx, org, template.project_id, repository, &file.path, &chunk.symbol)
+                .await?
+                .is_some()
             {
                 continue;
             }
@@ -428,7 +443,14 @@ fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
     if known == Some(file.sha.as_str()) && anchor.hash.is_some() {
         return Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false };
     }
-    let Some(chunk) = file.chunks.iter().find(|c| c.symbol == anchor.symbol) else {
+    if file.chunks.is_empty() {
+        // Not a file the chunker reads (any more): its chunk cannot be found, but the file is there.
+        return Outcome::Changed;
+    }
+    let found = file.chunks.iter().find(|c| c.symbol == anchor.symbol);
+    // A chunk renamed without a change of text (a renumbered `#2`, a section under a renamed heading) moved.
+    let found = found.or_else(|| file.chunks.iter().find(|c| anchor.hash.as_deref() == Some(c.hash().as_str())));
+    let Some(chunk) = found else {
         return Outcome::Missing;
     };
     let now = anchor_of(chunk);
@@ -436,7 +458,8 @@ fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
         // No chunk hash yet: this read is the baseline.
         None => Outcome::Unchanged { hash: file.sha.clone(), anchor: Some(now), moved: false },
         Some(h) if h == chunk.hash() => {
-            let moved = (anchor.start_line, anchor.end_line) != (now.start_line, now.end_line);
+            let moved =
+                (anchor.start_line, anchor.end_line, &anchor.symbol) != (now.start_line, now.end_line, &now.symbol);
             Outcome::Unchanged { hash: file.sha.clone(), anchor: Some(now), moved }
         }
         Some(_) if is_chunk_copy(memory) => Outcome::Replaced { hash: file.sha.clone(), chunk: chunk.clone() },

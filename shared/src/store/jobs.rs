@@ -82,6 +82,24 @@ pub async fn has_unsent(executor: impl PgExecutor<'_>, organization_id: Uuid, jo
     .await
 }
 
+/// Whether a job of this type and body waits in the organisation's outbox, not yet sent.
+pub async fn has_unsent_body(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    job_type: JobType,
+    body: &serde_json::Value,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM memory_job_outbox WHERE organization_id = $1 AND sent_at IS NULL \
+         AND job_type = $2 AND body = $3)",
+    )
+    .bind(organization_id)
+    .bind(job_type.as_str())
+    .bind(body)
+    .fetch_one(executor)
+    .await
+}
+
 /// Deletes the organisation's jobs sent before `before`; returns how many.
 pub async fn prune_sent(
     executor: impl PgExecutor<'_>,

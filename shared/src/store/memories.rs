@@ -150,26 +150,48 @@ pub async fn set_trust(
         .map(|r| r.rows_affected())
 }
 
-/// The active memory of the project that is the chunk at `symbol` of `path` (anchored there, its content the
-/// chunk's text), if any.
+/// The active project-scope memory of the project's repository that is the chunk at `symbol` of `path` (anchored
+/// there, its content the chunk's text), if any.
 pub async fn chunk_at(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     project_id: Option<Uuid>,
+    repository: Option<&str>,
     path: &str,
     symbol: &str,
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar(
-        "SELECT id FROM memory WHERE organization_id = $1 AND project_id IS NOT DISTINCT FROM $2 AND file_path = $3 \
-             AND anchor IS NOT NULL AND status = 'active' AND anchor->>'symbol' = $4 \
+        "SELECT id FROM memory WHERE organization_id = $1 AND project_id = $2 AND file_path = $3 \
+             AND anchor IS NOT NULL AND status = 'active' AND scope = 'project' AND repository IS NOT DISTINCT FROM $5 \
+             AND anchor->>'symbol' = $4 \
              AND anchor->>'hash' = 'sha256:' || encode(sha256(convert_to(content, 'UTF8')), 'hex') LIMIT 1",
     )
     .bind(organization_id)
     .bind(project_id)
     .bind(path)
     .bind(symbol)
+    .bind(repository)
     .fetch_optional(executor)
     .await
+}
+
+/// Holds, to the end of the transaction, the right to write the chunk copies of one file of a project (an import
+/// and a scan, or two scans, then never both write the same chunk).
+pub async fn lock_file(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    project_id: Option<Uuid>,
+    path: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1::text || '/' || coalesce($2::text, '') || '/' || $3, 0))",
+    )
+    .bind(organization_id)
+    .bind(project_id)
+    .bind(path)
+    .execute(executor)
+    .await
+    .map(|_| ())
 }
 
 /// Records a scan of a file-backed memory at `at`: `verified` when its file was read and found unchanged, and
