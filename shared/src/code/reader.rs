@@ -63,8 +63,13 @@ impl DirectoryReader {
 
     /// The repository of a project.
     fn repository(&self, organization_id: Uuid, project_id: Uuid) -> PathBuf {
-        self.root.join(organization_id.to_string()).join(project_id.to_string())
+        project_folder(&self.root, organization_id, project_id)
     }
+}
+
+/// Where a project's repository is under a root of repositories: `<root>/<organization_id>/<project_id>`.
+fn project_folder(root: &Path, organization_id: Uuid, project_id: Uuid) -> PathBuf {
+    root.join(organization_id.to_string()).join(project_id.to_string())
 }
 
 /// A stored path must be relative and plain (no `..`, no root); symlinks are checked when the file is opened.
@@ -169,7 +174,7 @@ impl FileReader for GitReader {
         path: &str,
     ) -> Result<Option<Vec<u8>>, FileReadError> {
         check_relative(path)?;
-        let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
+        let repository = project_folder(&self.root, organization_id, project_id);
         let (reference, max, path) = (self.reference.clone(), self.max_bytes, path.to_string());
         tokio::task::spawn_blocking(move || {
             if !repository.exists() {
@@ -182,7 +187,7 @@ impl FileReader for GitReader {
     }
 
     async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
-        let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
+        let repository = project_folder(&self.root, organization_id, project_id);
         let id = gix::ObjectId::from_hex(sha.as_bytes()).ok()?;
         let held = move || {
             let repository = gix::open(repository).ok()?;
@@ -222,7 +227,7 @@ impl RepositoryReader {
 
 impl RepositoryReader {
     fn is_git(&self, organization_id: Uuid, project_id: Uuid) -> bool {
-        let repository = self.root.join(organization_id.to_string()).join(project_id.to_string());
+        let repository = project_folder(&self.root, organization_id, project_id);
         repository.join(".git").exists() || repository.join("HEAD").is_file()
     }
 }
