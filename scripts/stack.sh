@@ -185,6 +185,7 @@ export MEMORY_EVENT_BUS=agent-memory
 export MEMORY_MODEL_DIR=$LOCAL/model
 export MEMORY_PG_BIN=$PG_BIN
 export MEMORY_CFN_LINT=$VENV/bin/cfn-lint
+export MEMORY_PYTHON=$VENV/bin/python
 EOF
     cat "$LOCAL/queues.env" >>"$LOCAL/stack.env"
 }

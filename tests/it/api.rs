@@ -91,12 +91,22 @@ async fn healthz_openapi_and_tools_answer(opts: PgPoolOptions, conn: PgConnectOp
     assert!(doc["components"]["schemas"]["RetrievalResult"].is_object());
     let (_, tools) = api.call("GET", "/v1/tools", None, None).await;
     let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["memory.query", "search_lexical", "search_semantic", "read_symbol", "read_file_range"]);
+    assert_eq!(
+        names,
+        [
+            "memory.query",
+            "search_lexical",
+            "search_semantic",
+            "search",
+            "get_memory",
+            "memory_chain",
+            "read_symbol",
+            "read_file_range"
+        ]
+    );
     assert!(tools["tools"][0]["input_schema"]["properties"]["query"].is_object());
-    assert!(tools["tools"][3]["input_schema"]["required"].as_array().unwrap().contains(&json!("symbol")));
-    for tool in names.iter().skip(1) {
-        assert!(doc["paths"][format!("/v1/tools/{tool}")]["post"].is_object(), "{tool} is a documented route");
-    }
+    assert!(tools["tools"][6]["input_schema"]["required"].as_array().unwrap().contains(&json!("symbol")));
+    assert!(doc["paths"]["/v1/tools/{name}"]["post"].is_object(), "every tool is callable by name");
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -488,6 +498,19 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
         (
             "/v1/tools/read_file_range",
             post("/v1/tools/read_file_range", &t, backwards, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ),
+        ("/v1/tools/{name}", post("/v1/tools/get_memory", &t, json!({"id": old.id}), StatusCode::OK, "")),
+        ("/v1/tools/{name}", post("/v1/tools/memory_chain", &t, json!({"id": new.id}), StatusCode::OK, "")),
+        ("/v1/tools/{name}", post("/v1/tools/nothing", &t, json!({}), StatusCode::NOT_FOUND, "not_found")),
+        (
+            "/v1/tools/{name}",
+            post(
+                "/v1/tools/get_memory",
+                &t,
+                json!({"uuid": old.id}),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+            ),
         ),
         ("/v1/memories/{id}", get(old_uri.clone(), &t, StatusCode::OK, "")),
         ("/v1/memories/{id}", get(format!("/v1/memories/{}", Uuid::now_v7()), &t, StatusCode::NOT_FOUND, "not_found")),

@@ -11,6 +11,7 @@ mod infra;
 mod ingest;
 mod integrity;
 mod lifecycle;
+mod mcp;
 mod pipeline;
 mod properties;
 mod repository;

@@ -65,7 +65,7 @@ impl ApiError {
         }
     }
 
-    fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Self::BadRequest(code, _) => code,
             Self::Unauthorized(_) => "unauthorized",

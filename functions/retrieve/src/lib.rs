@@ -5,6 +5,7 @@ pub mod auth;
 mod bootstrap;
 pub mod error;
 mod extract;
+pub mod mcp;
 mod openapi;
 mod routes;
 
@@ -39,9 +40,13 @@ pub fn app(state: AppState) -> Router {
         let id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
         tracing::info_span!("request", request_id = %id, method = %request.method(), path = %request.uri().path())
     });
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp::service(state.clone()))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticated));
     routes::router()
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+        .merge(mcp)
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

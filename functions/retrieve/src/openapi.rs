@@ -19,6 +19,7 @@ use crate::routes;
         routes::tools::search_semantic,
         routes::tools::read_symbol,
         routes::tools::read_file_range,
+        routes::tools::call_by_name,
         routes::search::search,
         routes::memories::get_memory,
         routes::memories::chain,
@@ -27,7 +28,9 @@ use crate::routes;
         routes::retrieve::MemoryQueryInput,
         routes::tools::CodeSearchInput,
         routes::tools::ReadSymbolInput,
-        routes::tools::ReadFileRangeInput
+        routes::tools::ReadFileRangeInput,
+        routes::tools::MemoryIdInput,
+        routes::search::SearchBody
     )),
     modifiers(&BearerAuth)
 )]

@@ -24,6 +24,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/tools/search_semantic", post(tools::search_semantic))
         .route("/v1/tools/read_symbol", post(tools::read_symbol))
         .route("/v1/tools/read_file_range", post(tools::read_file_range))
+        .route("/v1/tools/{name}", post(tools::call_by_name))
         .route("/v1/search", post(search::search))
         .route("/v1/memories/{id}", get(memories::get_memory))
         .route("/v1/memories/{id}/chain", get(memories::chain))

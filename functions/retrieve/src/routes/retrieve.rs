@@ -94,10 +94,19 @@ pub async fn memory_query_tool(
     principal: Principal,
     ApiJson(input): ApiJson<MemoryQueryInput>,
 ) -> Result<Json<RetrievalResult>, ApiError> {
+    Ok(Json(memory_query(&state, &principal, input).await?))
+}
+
+/// The `memory.query` tool: agent_query for the principal's agent.
+pub(crate) async fn memory_query(
+    state: &AppState,
+    principal: &Principal,
+    input: MemoryQueryInput,
+) -> Result<RetrievalResult, ApiError> {
     let mut request = RetrievalRequest::new(principal.organization_id, RetrievalMode::AgentQuery, input.query);
     request.agent_id = principal.agent_id;
     request.project_id = input.project_id;
     request.task_id = input.task_id;
     request.max_results = input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
-    Ok(Json(state.retriever.query(request).await?))
+    Ok(state.retriever.query(request).await?)
 }

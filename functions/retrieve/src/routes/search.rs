@@ -51,6 +51,11 @@ pub async fn search(
     principal: Principal,
     ApiJson(body): ApiJson<SearchBody>,
 ) -> Result<Json<SearchResult>, ApiError> {
+    Ok(Json(run(&state, &principal, body).await?))
+}
+
+/// A strategy search (also the `search` tool).
+pub(crate) async fn run(state: &AppState, principal: &Principal, body: SearchBody) -> Result<SearchResult, ApiError> {
     principal.check_organization(body.organization_id)?;
     let agent_id = principal.acting_agent(body.agent_id)?;
     let vector_weight = body.vector_weight.unwrap_or(0.5);
@@ -71,5 +76,5 @@ pub async fn search(
         max_results: body.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS),
         sensitivity_gate: body.sensitivity_gate,
     };
-    Ok(Json(state.retriever.search(request).await?))
+    Ok(state.retriever.search(request).await?)
 }

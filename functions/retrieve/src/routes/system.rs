@@ -7,7 +7,8 @@ use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::{
     retrieve::MemoryQueryInput,
-    tools::{CodeSearchInput, ReadFileRangeInput, ReadSymbolInput},
+    search::SearchBody,
+    tools::{CodeSearchInput, MemoryIdInput, ReadFileRangeInput, ReadSymbolInput},
 };
 use crate::{
     AppState,
@@ -78,6 +79,16 @@ pub fn catalogue() -> Vec<ToolDefinition> {
             "search_semantic",
             "Semantic search over memories and repository chunks by meaning (what the code does). Filters: \
              language, path_prefix, repository.",
+        ),
+        tool::<SearchBody>(
+            "search",
+            "Search memories by strategy (vector, keyword, hybrid, graph, metadata) with metadata filters; hits \
+             most relevant first.",
+        ),
+        tool::<MemoryIdInput>("get_memory", "One memory by id, in any status (superseded and archived ones too)."),
+        tool::<MemoryIdInput>(
+            "memory_chain",
+            "The supersession chain through a memory, oldest first: what it replaced and what replaced it.",
         ),
         tool::<ReadSymbolInput>(
             "read_symbol",

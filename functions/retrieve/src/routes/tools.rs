@@ -1,14 +1,19 @@
-//! The agent tools beside `memory.query` (POST /v1/tools/{name}): the keyword and vector strategies over the
-//! organisation's memories with the code filters (`search_lexical`, `search_semantic`), and reads of a project's
-//! repository (`read_symbol`, `read_file_range`). Each tool's input type is its JSON schema in `GET /v1/tools`.
+//! The agent tools (POST /v1/tools/{name}, and MCP's `tools/call`): `memory.query`, the keyword and vector
+//! strategies with the code filters (`search_lexical`, `search_semantic`), every strategy (`search`), a memory and
+//! its supersession chain (`get_memory`, `memory_chain`), and reads of a project's repository (`read_symbol`,
+//! `read_file_range`). [`call`] dispatches them all; each tool's input type is its JSON schema in `GET /v1/tools`.
 
-use axum::{Json, extract::State};
+use axum::{
+    Json,
+    extract::{Path, State},
+};
 use memory_core::{
     code::tools::{FileRange, SymbolText},
     retrieval::{RetrievalRequest, SearchRequest, SearchResult, Strategy, fusion::Fusion},
     store::SearchFilters,
 };
 use serde::Deserialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -37,6 +42,13 @@ pub struct CodeSearchInput {
     pub repository: Option<String>,
     /// How many hits (1-100, default 20).
     pub max_results: Option<usize>,
+}
+
+/// Input of `get_memory` and `memory_chain`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryIdInput {
+    pub id: Uuid,
 }
 
 /// Input of `read_symbol`.
@@ -68,7 +80,7 @@ async fn search_with(
     principal: &Principal,
     input: CodeSearchInput,
     strategy: Strategy,
-) -> Result<Json<SearchResult>, ApiError> {
+) -> Result<SearchResult, ApiError> {
     let filters = SearchFilters {
         language: input.language,
         path_prefix: input.path_prefix,
@@ -89,7 +101,7 @@ async fn search_with(
         max_results: input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS),
         sensitivity_gate: false,
     };
-    Ok(Json(state.retriever.search(request).await?))
+    Ok(state.retriever.search(request).await?)
 }
 
 /// `search_lexical`: the keyword strategy (BM25 over words and code tokens), most relevant first.
@@ -103,7 +115,7 @@ pub async fn search_lexical(
     principal: Principal,
     ApiJson(input): ApiJson<CodeSearchInput>,
 ) -> Result<Json<SearchResult>, ApiError> {
-    search_with(&state, &principal, input, Strategy::Keyword).await
+    Ok(Json(search_with(&state, &principal, input, Strategy::Keyword).await?))
 }
 
 /// `search_semantic`: the vector strategy (cosine over the embeddings of text and context), most relevant first.
@@ -117,7 +129,7 @@ pub async fn search_semantic(
     principal: Principal,
     ApiJson(input): ApiJson<CodeSearchInput>,
 ) -> Result<Json<SearchResult>, ApiError> {
-    search_with(&state, &principal, input, Strategy::Vector).await
+    Ok(Json(search_with(&state, &principal, input, Strategy::Vector).await?))
 }
 
 /// `read_symbol`: a declaration (or Markdown section) of the project's repository as it is now.
@@ -148,4 +160,55 @@ pub async fn read_file_range(
 ) -> Result<Json<FileRange>, ApiError> {
     let (org, agent, lines) = (principal.organization_id, principal.agent_id, (input.start_line, input.end_line));
     Ok(Json(state.retriever.read_file_range(org, agent, input.project_id, &input.path, lines).await?))
+}
+
+/// Calls the tool `name` of the catalogue with JSON `arguments` for `principal`: a tool's answer as JSON, or the
+/// error a REST call of it would answer (arguments of the wrong shape are a 422 naming the problem).
+pub async fn call(state: &AppState, principal: &Principal, name: &str, arguments: Value) -> Result<Value, ApiError> {
+    fn input<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ApiError> {
+        serde_json::from_value(arguments).map_err(|e| ApiError::Unprocessable(format!("arguments: {e}")))
+    }
+    fn answer(value: impl serde::Serialize) -> Result<Value, ApiError> {
+        serde_json::to_value(value).map_err(|e| ApiError::Internal(e.into()))
+    }
+    let (org, agent) = (principal.organization_id, principal.agent_id);
+    match name {
+        "memory.query" => answer(super::retrieve::memory_query(state, principal, input(arguments)?).await?),
+        "search_lexical" => answer(search_with(state, principal, input(arguments)?, Strategy::Keyword).await?),
+        "search_semantic" => answer(search_with(state, principal, input(arguments)?, Strategy::Vector).await?),
+        "search" => answer(super::search::run(state, principal, input(arguments)?).await?),
+        "get_memory" => answer(state.retriever.memory(org, agent, input::<MemoryIdInput>(arguments)?.id).await?),
+        "memory_chain" => {
+            let id = input::<MemoryIdInput>(arguments)?.id;
+            let chain = state.retriever.supersession_chain(org, agent, id).await?;
+            answer(super::memories::SupersessionChain { memory_id: id, chain })
+        }
+        "read_symbol" => {
+            let i: ReadSymbolInput = input(arguments)?;
+            answer(state.retriever.read_symbol(org, agent, i.project_id, &i.path, &i.symbol).await?)
+        }
+        "read_file_range" => {
+            let i: ReadFileRangeInput = input(arguments)?;
+            answer(
+                state.retriever.read_file_range(org, agent, i.project_id, &i.path, (i.start_line, i.end_line)).await?,
+            )
+        }
+        other => Err(ApiError::NotFound(format!("no tool {other:?}: GET /v1/tools lists them"))),
+    }
+}
+
+/// Any tool of the catalogue by name (`search`, `get_memory`, `memory_chain`, and the tools with routes of their
+/// own): the arguments as the tool's input schema says.
+#[utoipa::path(
+    post, path = "/v1/tools/{name}", params(("name" = String, Path)), request_body = Object,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn call_by_name(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(name): Path<String>,
+    ApiJson(arguments): ApiJson<Value>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(call(&state, &principal, &name, arguments).await?))
 }
