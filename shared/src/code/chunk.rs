@@ -1,6 +1,6 @@
 //! Structure-aware chunks of a repository's files. Source code is split along its declarations (tree-sitter), each
 //! chunk named by its symbol path (`config::parse`, `Server.handle`) and carrying, as index-time context, the file's
-//! path and language, the enclosing declarations and the file's imports; Markdown along its headings, named by the
+//! path and language and the enclosing declarations' signatures; Markdown along its headings, named by the
 //! breadcrumb (`Install > From source`); other text by size. Every chunk is at most [`MAX_CHUNK_BYTES`]: a longer
 //! declaration is split into parts, each with the declaration's signature as context. Symbols are unique within a
 //! file, so a symbol is an anchor that survives edits elsewhere in the file.
@@ -12,8 +12,6 @@ use crate::domain::content_hash;
 
 /// The largest chunk, in bytes of text.
 pub const MAX_CHUNK_BYTES: usize = 4096;
-/// The most of a file's imports carried in each chunk's context.
-const MAX_IMPORTS_BYTES: usize = 600;
 /// The most of a declaration's first line carried as a signature (of a split declaration or an enclosing one).
 const MAX_SIGNATURE_BYTES: usize = 200;
 /// The longest context (ingest takes at most 8 KiB) and symbol (at most 1,000 bytes).
@@ -31,7 +29,7 @@ pub struct Chunk {
     pub start_line: u32,
     pub end_line: u32,
     pub text: String,
-    /// Index-time context (path, language, enclosing declarations, imports, signature): embedded and indexed with
+    /// Index-time context (path, language, enclosing declarations, signature): embedded and indexed with
     /// the text, never returned as content.
     pub context: String,
 }
@@ -150,11 +148,6 @@ fn declarations(language: Language, text: &str, header: &str) -> Option<Vec<Chun
     let tree = parser.parse(text, None)?;
     let root = tree.root_node();
     let mut walker = Walker { language, text, lines: Lines::of(text), context: header.to_string(), chunks: Vec::new() };
-    let imports = walker.imports(root);
-    if !imports.is_empty() {
-        walker.context.push_str("\nimports: ");
-        walker.context.push_str(&imports);
-    }
     walker.walk(root, &[], &[]);
     (!walker.chunks.is_empty()).then_some(walker.chunks)
 }
@@ -163,7 +156,7 @@ struct Walker<'a> {
     language: Language,
     text: &'a str,
     lines: Lines,
-    /// Path, language and imports.
+    /// Path and language.
     context: String,
     chunks: Vec<Chunk>,
 }
@@ -175,29 +168,6 @@ impl<'a> Walker<'a> {
 
     fn field(&self, node: Node, name: &str) -> Option<String> {
         node.child_by_field_name(name).map(|n| self.source(n).to_string())
-    }
-
-    /// The file's top-level imports, one line each, at most [`MAX_IMPORTS_BYTES`].
-    fn imports(&self, root: Node) -> String {
-        let kinds: &[&str] = match self.language {
-            Language::Rust => &["use_declaration", "extern_crate_declaration"],
-            Language::Python => &["import_statement", "import_from_statement"],
-            Language::Go => &["import_declaration"],
-            _ => &["import_statement"],
-        };
-        let mut cursor = root.walk();
-        let mut imports = String::new();
-        for node in root.named_children(&mut cursor).filter(|n| kinds.contains(&n.kind())) {
-            let line = self.source(node).split_whitespace().collect::<Vec<_>>().join(" ");
-            if imports.len() + line.len() > MAX_IMPORTS_BYTES {
-                break;
-            }
-            if !imports.is_empty() {
-                imports.push(' ');
-            }
-            imports.push_str(&line);
-        }
-        imports
     }
 
     fn walk(&mut self, node: Node<'a>, path: &[String], enclosing: &[String]) {
@@ -493,7 +463,7 @@ mod tests {
         let parse = &chunks[0];
         assert!(parse.text.starts_with("/// Reads the config."), "the doc comment belongs to its function");
         assert_eq!((parse.start_line, parse.end_line), (3, 6));
-        assert!(parse.context.contains("path: src/config.rs") && parse.context.contains("imports: use std::fs;"));
+        assert!(parse.context.contains("path: src/config.rs") && !parse.context.contains("use std::fs"));
         assert!(chunks[1].text.starts_with("#[derive(Debug)]"), "attributes belong to their item");
         let port = &chunks[2];
         assert!(port.text.starts_with("/// The port.\npub fn port"), "dedented: {:?}", port.text);
