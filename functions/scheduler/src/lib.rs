@@ -58,6 +58,7 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
             let sent = relay.sweep().await?;
             serde_json::json!({
                 "reviews_queued": report.reviews_queued,
+                "archived_expired": report.archived_expired,
                 "promoted_unchecked": report.promoted_unchecked,
                 "sent": sent.published,
             })

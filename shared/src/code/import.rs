@@ -83,6 +83,7 @@ pub fn plan(snapshot: &Snapshot, target: &ImportTarget) -> Result<ImportPlan, Fi
                 sensitivity: Sensitivity::Normal,
                 confidence: 0.9,
                 expires_at: None,
+                ttl_seconds: None,
                 tags: Vec::new(),
                 labels: BTreeMap::from([("chunk".to_string(), chunk.kind.to_string())]),
                 taxonomy: Vec::new(),

@@ -52,6 +52,8 @@ pub struct IngestMemory {
     #[serde(default = "half")]
     pub confidence: f64,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Seconds the memory lives from `created_at` (or now); instead of `expires_at`.
+    pub ttl_seconds: Option<u64>,
     #[serde(default)]
     pub tags: Vec<String>,
     #[serde(default)]

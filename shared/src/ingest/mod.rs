@@ -48,6 +48,8 @@ pub const MAX_ITEMS: usize = 32;
 pub const MAX_TAXONOMY_NODES: i64 = 500;
 /// Longest entity name or kind, and taxonomy node name, in bytes.
 pub const MAX_NAME_BYTES: usize = 200;
+/// The longest time to live: a hundred years.
+pub const MAX_TTL_SECONDS: u64 = 100 * 365 * 24 * 3600;
 /// The longest anchor symbol, in bytes.
 pub const MAX_ANCHOR_BYTES: usize = 1000;
 /// How far ahead of this clock a producer's `created_at` may be (clock skew).
@@ -392,6 +394,12 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
             return Err("anchor lines are 1-based and end_line is not before start_line".into());
         }
     }
+    if m.ttl_seconds.is_some() && m.expires_at.is_some() {
+        return Err("give ttl_seconds or expires_at, not both".into());
+    }
+    if m.ttl_seconds.is_some_and(|ttl| ttl == 0 || ttl > MAX_TTL_SECONDS) {
+        return Err(format!("ttl_seconds is 1 to {MAX_TTL_SECONDS}"));
+    }
     if m.created_at.is_some_and(|created| created > chrono::Utc::now() + MAX_CLOCK_SKEW) {
         return Err("created_at lies in the future".into());
     }
@@ -455,7 +463,10 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     new.sensitivity = m.sensitivity;
     new.confidence = m.confidence.min(max_confidence(trust));
     new.created_at = m.created_at;
-    new.expires_at = m.expires_at;
+    new.expires_at = match m.ttl_seconds {
+        Some(ttl) => Some(m.created_at.unwrap_or_else(chrono::Utc::now) + chrono::TimeDelta::seconds(ttl as i64)),
+        None => m.expires_at,
+    };
     new.file_path = m.file_path.clone();
     new.repository = m.repository.as_ref().map(|r| r.trim().to_string());
     new.language = m.file_path.as_deref().and_then(Language::of_path).map(|l| l.as_str().to_string());

@@ -27,7 +27,12 @@ const CANDIDATES_PER_RUN: i64 = 100;
 pub struct SweepReport {
     pub reviews_queued: usize,
     pub promoted_unchecked: usize,
+    /// Memories whose time to live had passed, archived (retrieval stopped returning them when it passed).
+    pub archived_expired: usize,
 }
+
+/// Expired memories one run archives per organisation at most (the next run takes the rest).
+const EXPIRED_PER_RUN: i64 = 500;
 
 /// One pass over the next `organizations` organisations, least recently swept first (every organisation is visited
 /// within a bounded number of runs however many there are).
@@ -38,6 +43,10 @@ pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) 
         // Promotion first: the promoted memories' pairs are then reviewable now.
         report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
         report.reviews_queued += usize::from(queue_review_if_due(&mut tx, organization_id, None).await?);
+        for id in store::memories::expired(&mut *tx, organization_id, EXPIRED_PER_RUN).await? {
+            transitions::archive(&mut tx, organization_id, id, "expired").await?;
+            report.archived_expired += 1;
+        }
         tx.commit().await?;
     }
     Ok(report)

@@ -85,6 +85,9 @@ impl Retriever {
         };
         self.validate_query(&text)?;
         self.validate_max_results(request.max_results)?;
+        if request.include_archive && request.mode == RetrievalMode::Passive {
+            return Err(crate::Error::validation("passive injection never includes the archive"));
+        }
         if let Some(session) = &request.session
             && session.session_id.len() > super::MAX_SESSION_ID_BYTES
         {
@@ -192,7 +195,10 @@ impl Retriever {
         let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
         let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
         let read_scopes = super::read_scopes_of(agent, context.read_scopes);
-        let scope = ScopeFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
+        let mut scope = ScopeFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
+        if request.include_archive {
+            scope = scope.with_history();
+        }
         Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))
     }
 

@@ -30,7 +30,7 @@ impl Retriever {
         if let Some(problem) = request.filters.problem() {
             return Err(crate::Error::validation(problem));
         }
-        let scope = self
+        let mut scope = self
             .scope_filter(
                 request.organization_id,
                 request.agent_id,
@@ -39,6 +39,9 @@ impl Retriever {
                 request.sensitivity_gate,
             )
             .await?;
+        if request.filters.include_archive {
+            scope = scope.with_history();
+        }
         let mut degraded = Vec::new();
 
         let mut hits = if request.strategy == Strategy::Metadata {

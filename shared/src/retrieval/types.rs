@@ -48,6 +48,8 @@ pub struct RetrievalRequest {
     pub as_of: Option<DateTime<Utc>>,
     /// The cooldown token of the session's previous passive answer (any instance's).
     pub cooldown_token: Option<String>,
+    /// Also superseded and archived memories (not in passive mode), each with its status and successor.
+    pub include_archive: bool,
 }
 
 impl RetrievalRequest {
@@ -66,6 +68,7 @@ impl RetrievalRequest {
             session: None,
             as_of: None,
             cooldown_token: None,
+            include_archive: false,
         }
     }
 }

@@ -175,6 +175,18 @@ pub async fn chunk_at(
     .await
 }
 
+/// Up to `limit` active memories of the organisation whose time to live has passed.
+pub async fn expired(executor: impl PgExecutor<'_>, organization_id: Uuid, limit: i64) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT id FROM memory WHERE organization_id = $1 AND status = 'active' AND expires_at <= now() \
+         ORDER BY expires_at LIMIT $2",
+    )
+    .bind(organization_id)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
 /// Holds, to the end of the transaction, the right to write the chunk copies of one file of a project (an import
 /// and a scan, or two scans, then never both write the same chunk).
 pub async fn lock_file(

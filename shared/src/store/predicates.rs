@@ -25,6 +25,8 @@ pub struct ScopeFilter {
     include_inactive: bool,
     /// Direct reads by id: readable project and task scopes admit any project or task of the organisation.
     any_project_or_task: bool,
+    /// Retrieval of the archive too: superseded and archived memories beside the active, unexpired ones.
+    history: bool,
 }
 
 impl ScopeFilter {
@@ -47,7 +49,14 @@ impl ScopeFilter {
             sensitivity_gate,
             include_inactive: false,
             any_project_or_task: false,
+            history: false,
         }
+    }
+
+    /// The same, also admitting superseded and archived memories (`include_archive`; never passive injection).
+    pub fn with_history(mut self) -> Self {
+        self.history = true;
+        self
     }
 
     /// Reads by id and supersession chains: memories of every status in `read_scopes`, of any project and task of
@@ -62,6 +71,7 @@ impl ScopeFilter {
             sensitivity_gate: false,
             include_inactive: true,
             any_project_or_task: true,
+            history: true,
         }
     }
 
@@ -74,7 +84,12 @@ impl ScopeFilter {
     pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
         qb.push("m.organization_id = ").push_bind(self.organization_id);
         if !self.include_inactive {
-            qb.push(" AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now())");
+            let current = "m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now())";
+            if self.history {
+                qb.push(format!(" AND (m.status IN ('superseded', 'archived') OR ({current}))"));
+            } else {
+                qb.push(format!(" AND {current}"));
+            }
         }
         qb.push(" AND (");
         let mut any = false;
@@ -161,6 +176,9 @@ pub struct SearchFilters {
     pub path_prefix: Option<String>,
     /// Memories of this repository, by name.
     pub repository: Option<String>,
+    /// Also superseded and archived memories, each with its status and successor (`superseded_by`).
+    #[serde(default)]
+    pub include_archive: bool,
 }
 
 /// The longest text filter (a path prefix, a repository), in bytes.
@@ -265,6 +283,7 @@ mod tests {
             sensitivity_gate: gate,
             include_inactive: false,
             any_project_or_task: false,
+            history: false,
         }
     }
 

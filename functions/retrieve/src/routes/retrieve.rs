@@ -35,6 +35,9 @@ pub struct RetrieveBody {
     /// Passive mode: the `cooldown_token` of the session's previous answer, so that whichever instance serves
     /// this turn withholds what was injected in the last turns.
     pub cooldown_token: Option<String>,
+    /// agent_query and mention: also superseded and archived memories, each with its status and successor.
+    #[serde(default)]
+    pub include_archive: bool,
 }
 
 /// Input of the agent's `memory.query` tool.
@@ -47,6 +50,9 @@ pub struct MemoryQueryInput {
     pub max_results: Option<usize>,
     pub project_id: Option<Uuid>,
     pub task_id: Option<Uuid>,
+    /// Also superseded and archived memories, each with its status and successor (`superseded_by`).
+    #[serde(default)]
+    pub include_archive: bool,
 }
 
 #[utoipa::path(
@@ -80,6 +86,7 @@ pub async fn retrieve(
         return Err(ApiError::Unprocessable(format!("cooldown_token is longer than {MAX_TOKEN_CHARS} characters")));
     }
     request.cooldown_token = body.cooldown_token;
+    request.include_archive = body.include_archive;
     Ok(Json(state.retriever.query(request).await?))
 }
 
@@ -108,5 +115,6 @@ pub(crate) async fn memory_query(
     request.project_id = input.project_id;
     request.task_id = input.task_id;
     request.max_results = input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
+    request.include_archive = input.include_archive;
     Ok(state.retriever.query(request).await?)
 }

@@ -39,6 +39,9 @@ pub struct SearchBody {
     pub organization_id: Option<Uuid>,
     #[serde(default)]
     pub sensitivity_gate: bool,
+    /// Also superseded and archived memories, each with its status and successor (as `filters.include_archive`).
+    #[serde(default)]
+    pub include_archive: bool,
 }
 
 #[utoipa::path(
@@ -69,7 +72,10 @@ pub(crate) async fn run(state: &AppState, principal: &Principal, body: SearchBod
         task_id: body.task_id,
         query: body.query,
         strategy: body.strategy,
-        filters: body.filters,
+        filters: SearchFilters {
+            include_archive: body.include_archive || body.filters.include_archive,
+            ..body.filters
+        },
         fusion: body.fusion,
         vector_weight,
         include_graph: body.include_graph,
