@@ -55,11 +55,14 @@ pub async fn process<H: JobHandler>(
         .await;
         if let Err(error) = outcome {
             span.in_scope(|| tracing::error!(error = format!("{error:#}"), "message failed; left for retry"));
+            // Five failures of one message dead-letter it (the queue's redrive policy).
+            metrics::counter!("messages_failed", "job_type" => H::Job::TYPE.as_str()).increment(1);
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
             response.batch_item_failures.push(failure);
         }
     }
+    memory_core::telemetry::flush_metrics();
     Ok(response)
 }
 

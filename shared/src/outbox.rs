@@ -149,6 +149,10 @@ impl OutboxRelay {
             let (accepted, failure) = self.publish(&events).await;
             store::outbox::mark_published(&mut *tx, organization_id, &accepted).await?;
             tx.commit().await?;
+            // Every state change is an event: counted by kind as published, they are the workers' decisions.
+            for event in events.iter().filter(|e| accepted.contains(&e.id)) {
+                metrics::counter!("domain_events", "event_type" => event.event_type.clone()).increment(1);
+            }
             published += accepted.len();
             if let Some(failure) = failure {
                 return Err(crate::Error::Unexpected(failure.context(format!(

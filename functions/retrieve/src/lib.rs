@@ -47,6 +47,11 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
         .merge(mcp)
+        // Each request's metrics leave with it (a Lambda instance may be frozen before any later flush).
+        .layer(axum::middleware::map_response(|response: axum::response::Response| async {
+            memory_core::telemetry::flush_metrics();
+            response
+        }))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(trace)
         .layer(PropagateRequestIdLayer::new(request_id.clone()))

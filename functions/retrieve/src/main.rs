@@ -4,6 +4,7 @@
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     memory_core::telemetry::init();
+    memory_core::telemetry::init_metrics("retrieve");
     let app = retrieve::app(retrieve::state_from_env().await?);
     if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
         lambda_http::run(app).await.map_err(|e| anyhow::anyhow!(e))

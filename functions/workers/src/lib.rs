@@ -54,6 +54,7 @@ pub fn serve<R: Runner>(job: JobType, services: &Services, runner: R) -> anyhow:
 /// A worker function's `main`: build the services once, then apply SQS batches of `job` under the Lambda runtime.
 pub async fn lambda_main(job: JobType) -> Result<(), lambda_runtime::Error> {
     memory_core::telemetry::init();
+    memory_core::telemetry::init_metrics(job.function());
     let services = Services::from_env().await?;
     let lambda = Lambda { pool: services.pool.clone() };
     serve(job, &services, lambda)?.await

@@ -65,7 +65,12 @@ pub trait Llm: Send + Sync {
 
     /// [`Llm::complete`] within `budget`; over it, `Timeout`.
     async fn complete_within(&self, request: LlmRequest, budget: Duration) -> Result<String, LlmError> {
-        tokio::time::timeout(budget, self.complete(request)).await.map_err(|_| LlmError::Timeout)?
+        let purpose = request.purpose.as_str();
+        let answer = tokio::time::timeout(budget, self.complete(request)).await.map_err(|_| LlmError::Timeout)?;
+        if answer.is_err() {
+            metrics::counter!("model_failures", "purpose" => purpose).increment(1);
+        }
+        answer
     }
 }
 

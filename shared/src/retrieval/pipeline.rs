@@ -18,6 +18,16 @@ use crate::store::{self, ScopeFilter, SearchFilters, branches::CandidateExtras};
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
 
+/// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line).
+#[derive(Debug, Default)]
+struct StageTimings {
+    context_ms: f64,
+    branches_ms: f64,
+    classify_ms: f64,
+    rank_ms: f64,
+    candidates: usize,
+}
+
 impl Retriever {
     /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
     /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
@@ -78,6 +88,38 @@ impl Retriever {
     /// Runs the pipeline for one request. The result is ordered most relevant LAST.
     #[tracing::instrument(skip_all, fields(org = %request.organization_id, mode = ?request.mode))]
     pub async fn query(&self, request: RetrievalRequest) -> crate::Result<RetrievalResult> {
+        let started = std::time::Instant::now();
+        let mode = request.mode;
+        let (result, timings) = self.run_query(request).await?;
+        let total_ms = started.elapsed().as_secs_f64() * 1000.0;
+        metrics::histogram!("retrieval_latency_ms", "mode" => mode.as_str()).record(total_ms);
+        if result.degraded {
+            metrics::counter!("retrieval_degraded", "mode" => mode.as_str()).increment(1);
+        }
+        tracing::info!(
+            target: "memory::request",
+            mode = mode.as_str(),
+            total_ms,
+            context_and_embedding_ms = timings.context_ms,
+            branches_ms = timings.branches_ms,
+            classify_ms = timings.classify_ms,
+            rank_ms = timings.rank_ms,
+            candidates = timings.candidates,
+            results = result.memories.len(),
+            degraded = result.degraded,
+            degraded_reasons = ?result.degraded_reasons,
+            "retrieval"
+        );
+        Ok(result)
+    }
+
+    async fn run_query(&self, request: RetrievalRequest) -> crate::Result<(RetrievalResult, StageTimings)> {
+        let mut timings = StageTimings::default();
+        let mut stage = std::time::Instant::now();
+        let mut lap = |into: &mut f64| {
+            *into = stage.elapsed().as_secs_f64() * 1000.0;
+            stage = std::time::Instant::now();
+        };
         let text = match request.mode {
             RetrievalMode::Mention => parse_mentions(&request.query)
                 .ok_or_else(|| crate::Error::validation("mention mode needs `@memory:<query>` in the query text"))?,
@@ -102,6 +144,7 @@ impl Retriever {
         let (query_vector, context) =
             tokio::join!(self.embed_query(request.organization_id, &text, &mut degraded), self.load_context(&request));
         let (scope, taxonomy, has_entity_profiles) = context?;
+        lap(&mut timings.context_ms);
 
         // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
         // spares the branches the candidates' taxonomy tags (Stage 3 will not run).
@@ -119,6 +162,8 @@ impl Retriever {
         let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
         let mut candidates = set.candidates;
+        timings.candidates = candidates.len();
+        lap(&mut timings.branches_ms);
 
         // Passive cooldown: memories recently injected into this agent's session are not candidates.
         let session = request.session.as_ref().filter(|_| passive).map(|s| {
@@ -145,9 +190,11 @@ impl Retriever {
             None => self.classify(&taxonomy, request.mode, &text, &mut degraded).await,
         };
 
+        lap(&mut timings.classify_ms);
         let as_of = request.as_of.unwrap_or_else(Utc::now);
         let (mut ranked, fallback_used) =
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
+        lap(&mut timings.rank_ms);
 
         let cooldown_token = session.map(|(session, turn)| {
             self.cooldown.record(&session, turn, ranked.iter().map(|r| r.memory.id));
@@ -176,7 +223,7 @@ impl Retriever {
 
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();
-        Ok(RetrievalResult {
+        let result = RetrievalResult {
             memories: ranked,
             fallback_used,
             entity_profiles,
@@ -184,7 +231,8 @@ impl Retriever {
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
             cooldown_token,
-        })
+        };
+        Ok((result, timings))
     }
 
     /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one round

@@ -23,6 +23,17 @@ pub enum RetrievalMode {
     AgentQuery,
 }
 
+impl RetrievalMode {
+    /// The mode as the API names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passive => "passive",
+            Self::Mention => "mention",
+            Self::AgentQuery => "agent_query",
+        }
+    }
+}
+
 /// A session and the turn within it, for the passive-mode cooldown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionTurn {

@@ -17,6 +17,7 @@ const VISIBILITY_SECONDS: i32 = 10;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     memory_core::telemetry::init();
+    memory_core::telemetry::init_metrics("local-workers");
     let services = Services::from_env().await?;
     let relay = Arc::new(aws_edge::relay::relay_from_env(services.pool.clone()).await?);
     // Long polls wait up to 5 s, longer than the relay's operation timeout: the pollers use the SDK's defaults.
