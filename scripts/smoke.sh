@@ -30,3 +30,11 @@ for kind in memory.created memory.promoted; do
     grep -q "^$kind " <<<"$events" || { echo "[smoke] no $kind event on the local bus" >&2; exit 1; }
 done
 echo "[smoke] memory.created and memory.promoted arrived on the local bus"
+# The request's log line and its metrics (CloudWatch embedded metric format) are in the API's log; the workers'
+# published events are counted in theirs.
+grep -q 'retrieval.*mode="agent_query"\|"mode":"agent_query".*retrieval\|retrieval mode=agent_query\|mode=agent_query.*retrieval\|mode="agent_query"' "$ROOT/.local/retrieve.log" \
+    || { echo "[smoke] no retrieval log line in .local/retrieve.log" >&2; exit 1; }
+grep -q '"Namespace":"agent-memory".*retrieval_latency_ms\|retrieval_latency_ms.*"Namespace":"agent-memory"' "$ROOT/.local/retrieve.log" \
+    || { echo "[smoke] no retrieval_latency_ms metric in .local/retrieve.log" >&2; exit 1; }
+grep -q 'domain_events' "$ROOT/.local/workers.log" || { echo "[smoke] no domain_events metric in .local/workers.log" >&2; exit 1; }
+echo "[smoke] the request's log line and metrics are in .local/retrieve.log, the workers' in .local/workers.log"

@@ -270,3 +270,28 @@ mod database_tls {
         assert!(refused.to_string().contains("MEMORY_DB_SSL_ROOT_CERT"), "{refused}");
     }
 }
+
+/// The functions' metrics have a dashboard (its body valid JSON once substituted) and alarms on the p95 latency of
+/// passive and agent queries, beside the dead-letter alarms.
+#[test]
+fn the_dashboard_is_valid_and_retrieval_latency_has_alarms() {
+    let template = template();
+    let dashboard = &template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
+    let mut body = dashboard.as_str().expect("a body to substitute").to_string();
+    while let Some(start) = body.find("${") {
+        let end = start + body[start..].find('}').unwrap();
+        body.replace_range(start..=end, "x");
+    }
+    let body: Value = serde_json::from_str(&body).expect("the dashboard body is JSON");
+    assert!(body["widgets"].as_array().unwrap().len() >= 5);
+    let alarms = resources_of(&template, "AWS::CloudWatch::Alarm");
+    for mode in ["passive", "agent_query"] {
+        let on_latency = alarms.values().any(|a| {
+            let p = &a["Properties"];
+            p["MetricName"] == "retrieval_latency_ms"
+                && p["ExtendedStatistic"] == "p95"
+                && p["Dimensions"].as_array().unwrap().iter().any(|d| d["Value"] == mode)
+        });
+        assert!(on_latency, "no p95 latency alarm for {mode}");
+    }
+}
