@@ -377,3 +377,84 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
     let refused = retriever.query(ask(RetrievalMode::Passive, true)).await.unwrap_err();
     assert!(refused.to_string().contains("passive"), "{refused}");
 }
+
+/// An organisation exported as ingest messages and ingested into an empty one answers the same queries with the
+/// same memories, and carries provenance, times, taxonomy and entities over.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::{
+        ingest::{Admission, IngestBatch, Ingestor, export::export},
+        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy, fusion::Fusion},
+        store::SearchFilters,
+    };
+    let db = Db::new(opts, conn).await;
+    let (from, to, project) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let embedder = integration_tests::minilm();
+    let ingestor = Ingestor::new(db.app.clone(), embedder.clone());
+    let sha = memory_core::code::blob_sha(b"deploy: make release\n");
+    let message: IngestBatch = serde_json::from_value(serde_json::json!({"organization_id": from, "batch_id": "b",
+        "memories": [
+            {"content": "billing-api deploys on Tuesdays through the release pipeline", "memory_type": "procedural",
+             "scope": "org", "created_at": "2026-05-04T10:00:00Z", "tags": ["deploy"], "labels": {"team": "payments"},
+             "taxonomy": ["workflow/deploy"], "entities": [{"name": "billing-api", "kind": "service"}],
+             "provenance": {"source_kind": "human", "source_ref": "alice", "trust_level": "verified"}},
+            {"content": "Error E4021 from auth-service means the refresh token expired", "memory_type": "semantic",
+             "scope": "project", "project_id": project, "context": "from the auth-service runbook",
+             "entities": [{"name": "auth-service", "kind": "service"}],
+             "provenance": {"source_kind": "conversation_turn", "source_ref": "run-7/turn-3", "trust_level": "unverified"}},
+            {"content": "deploy: make release", "memory_type": "semantic", "scope": "project", "project_id": project,
+             "file_path": "Makefile", "repository": "billing-api",
+             "provenance": {"source_kind": "file", "source_ref": "billing-api@HEAD:Makefile", "git_blob_sha": sha,
+                            "trust_level": "verified"}},
+            {"content": "billing-api deploys on Mondays", "memory_type": "semantic", "scope": "org",
+             "provenance": {"source_kind": "human", "source_ref": "bob", "trust_level": "verified"}}]}))
+    .unwrap();
+    let ids = ingestor.ingest(&message, Admission::Active).await.unwrap().memory_ids;
+    let mut tx = store::begin_for_org(&db.admin, from).await.unwrap();
+    store::transitions::supersede(&mut tx, from, ids[3], ids[0], "test").await.unwrap();
+    tx.commit().await.unwrap();
+
+    let batches = export(&db.app, from, to).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 3, "the active memories, not the history");
+    assert!(batches.iter().all(|b| b.organization_id == to));
+    for batch in &batches {
+        ingestor.ingest(batch, Admission::Active).await.unwrap();
+    }
+
+    let retriever = integration_tests::shipped_retriever(&db, embedder);
+    for query in ["when does billing-api deploy", "what does E4021 mean", "make release"] {
+        let answer = async |org: Uuid| -> (Vec<String>, Vec<String>) {
+            let mut ask = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query);
+            ask.project_id = Some(project);
+            let memories = retriever.query(ask).await.unwrap().memories;
+            let search = SearchRequest {
+                organization_id: org,
+                agent_id: None,
+                project_id: Some(project),
+                task_id: None,
+                query: query.into(),
+                strategy: Strategy::Hybrid,
+                filters: SearchFilters::default(),
+                fusion: Fusion::default(),
+                vector_weight: 0.5,
+                include_graph: false,
+                max_results: 10,
+                sensitivity_gate: false,
+            };
+            let hits = retriever.search(search).await.unwrap().hits;
+            (
+                memories.into_iter().map(|m| m.memory.content).collect(),
+                hits.into_iter().map(|h| h.memory.content).collect(),
+            )
+        };
+        let (here, there) = (answer(from).await, answer(to).await);
+        assert!(!here.0.is_empty(), "{query}");
+        assert_eq!(here, there, "{query}");
+    }
+    let copied = export(&db.app, to, to).await.unwrap();
+    let (a, b): (Vec<_>, Vec<_>) = (batches[0].memories.clone(), copied[0].memories.clone());
+    assert_eq!(a, b, "provenance, times, taxonomy, entities and files survive the round trip");
+    assert_eq!(a[0].taxonomy, ["workflow/deploy"]);
+    assert_eq!(a[2].provenance.git_blob_sha.as_deref(), Some(sha.as_str()));
+    assert_eq!(a[2].provenance.source_ref, "billing-api@HEAD:Makefile");
+}

@@ -4,7 +4,7 @@
 mod demo;
 mod operate;
 
-use std::path::PathBuf;
+use std::{io::Write, path::PathBuf};
 
 use clap::{Parser, Subcommand};
 use memory_core::{
@@ -78,6 +78,16 @@ enum Command {
         /// The repository (default: the project's checkout, MEMORY_REPOS_DIR/<org>/<project>, which the file scan
         /// reads).
         path: Option<PathBuf>,
+    },
+    /// Write an organisation's active memories as ingest messages (JSON Lines, one batch a line) to standard
+    /// output: provenance, times, scope, context, tags, labels, taxonomy, entities, files and anchors. `memory-admin
+    /// ingest --direct --activate` of the file into an empty organisation gives the same retrieval results.
+    Export {
+        #[arg(long)]
+        org: Uuid,
+        /// Write the messages for this organisation instead (a copy into another one).
+        #[arg(long)]
+        to_org: Option<Uuid>,
     },
     /// The producers: which SQS senders may write into an organisation, claiming at most which trust.
     Producers {
@@ -226,6 +236,18 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 operate::send_batches(&batches).await?;
             }
+        }
+        Command::Export { org, to_org } => {
+            let batches = memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org)).await?;
+            let mut out = std::io::stdout().lock();
+            for batch in &batches {
+                writeln!(out, "{}", serde_json::to_string(batch)?)?;
+            }
+            eprintln!(
+                "{} memories in {} batches",
+                batches.iter().map(|b| b.memories.len()).sum::<usize>(),
+                batches.len()
+            );
         }
         Command::ImportRepo { org, project, name, reference, direct, path } => {
             let path = match path {

@@ -11,6 +11,7 @@
 //! returns the ids it got the first time; an exact duplicate of a current memory of the same readership (same
 //! content hash) is not stored again, its id is returned instead, also when concurrent batches carry the same text.
 
+pub mod export;
 mod gate;
 mod message;
 

@@ -7,6 +7,7 @@ pub mod branches;
 pub mod contradiction;
 pub mod dedup;
 pub mod entities;
+pub mod export;
 pub mod ingest;
 pub mod jobs;
 pub mod memories;

@@ -1,0 +1,79 @@
+//! An organisation's memories as ingest messages (`memory-admin export`): each active memory with its provenance,
+//! times, scope, context, tags, labels, taxonomy paths, entities and, for a file-backed one, its file, repository
+//! and anchor; ingesting the file into an empty organisation (`memory-admin ingest --direct --activate`) gives the
+//! same retrieval results. Entity profiles are left out (synthesis writes them again from their sources); the
+//! history (superseded and archived memories) stays behind.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, MAX_MEMORIES, VERSION};
+use crate::{code::reader::is_blob_sha, store};
+
+/// The organisation's active memories as batches for `to_organization` (the same organisation, or another).
+pub async fn export(
+    pool: &sqlx::PgPool,
+    organization_id: Uuid,
+    to_organization: Uuid,
+) -> crate::Result<Vec<IngestBatch>> {
+    let mut tx = store::begin_for_org(pool, organization_id).await?;
+    let rows = store::export::active_memories(&mut tx, organization_id).await?;
+    tx.commit().await?;
+    let memories: Vec<IngestMemory> = rows.into_iter().map(as_ingest).collect();
+    Ok(memories
+        .chunks(MAX_MEMORIES)
+        .enumerate()
+        .map(|(n, chunk)| IngestBatch {
+            job_type: None,
+            version: VERSION,
+            organization_id: to_organization,
+            batch_id: format!("export:{organization_id}:{n}"),
+            memories: chunk.to_vec(),
+        })
+        .collect())
+}
+
+fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
+    let m = row.memory;
+    // A file's blob SHA is stored as its hash; ingest appends it to the source reference again.
+    let blob = m.content_hash.clone().filter(|h| m.file_backed && is_blob_sha(h));
+    let mut source_ref = m.provenance.source_ref.clone().unwrap_or_else(|| "export".into());
+    if let Some(sha) = &blob
+        && let Some(stripped) = source_ref.strip_suffix(&format!("@{sha}"))
+    {
+        source_ref = stripped.to_string();
+    }
+    let labels: BTreeMap<String, String> = m
+        .labels
+        .as_object()
+        .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+        .unwrap_or_default();
+    IngestMemory {
+        content: m.content,
+        context: row.context,
+        memory_type: m.memory_type,
+        scope: m.scope,
+        project_id: m.project_id,
+        task_id: m.project_task_id,
+        agent_id: m.agent_id,
+        sensitivity: m.sensitivity,
+        confidence: m.confidence,
+        expires_at: m.expires_at,
+        ttl_seconds: None,
+        tags: m.tags,
+        labels,
+        taxonomy: row.taxonomy,
+        entities: row.entities.0.into_iter().map(|(kind, name)| EntityRef { name, kind }).collect(),
+        created_at: Some(m.created_at),
+        file_path: m.file_path,
+        repository: m.repository,
+        anchor: m.anchor,
+        provenance: IngestProvenance {
+            source_kind: m.provenance.source_kind,
+            source_ref,
+            git_blob_sha: blob,
+            trust_level: m.provenance.trust_level,
+        },
+    }
+}
