@@ -414,15 +414,28 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     store::transitions::supersede(&mut tx, from, ids[3], ids[0], "test").await.unwrap();
     tx.commit().await.unwrap();
 
+    // A memory the service made itself (a merge), with a label that is not a string.
+    let mut merged = memory(from, "billing-api and auth-service share the release pipeline").embedding(
+        memory_core::embed::Embedder::embed_one(
+            embedder.as_ref(),
+            "billing-api and auth-service share the release pipeline",
+        )
+        .await
+        .unwrap(),
+    );
+    merged.new.provenance.source_kind = memory_core::domain::SourceKind::Merge;
+    merged.new.labels = serde_json::json!({"sources": 2});
+    merged.insert(&db).await;
+
     let batches = export(&db.app, from, to).await.unwrap();
-    assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 3, "the active memories, not the history");
+    assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 4, "the active memories, not the history");
     assert!(batches.iter().all(|b| b.organization_id == to));
     for batch in &batches {
         ingestor.ingest(batch, Admission::Active).await.unwrap();
     }
 
     let retriever = integration_tests::shipped_retriever(&db, embedder);
-    for query in ["when does billing-api deploy", "what does E4021 mean", "make release"] {
+    for query in ["when does billing-api deploy", "what does E4021 mean", "make release", "shared release pipeline"] {
         let answer = async |org: Uuid| -> (Vec<String>, Vec<String>) {
             let mut ask = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query);
             ask.project_id = Some(project);
@@ -457,4 +470,8 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     assert_eq!(a[0].taxonomy, ["workflow/deploy"]);
     assert_eq!(a[2].provenance.git_blob_sha.as_deref(), Some(sha.as_str()));
     assert_eq!(a[2].provenance.source_ref, "billing-api@HEAD:Makefile");
+    let made = a.iter().find(|m| m.content.contains("share the release")).unwrap();
+    assert_eq!(made.provenance.source_kind, memory_core::domain::SourceKind::Import);
+    assert!(made.provenance.source_ref.starts_with("merge:"));
+    assert_eq!(made.labels.get("sources").map(String::as_str), Some("2"));
 }

@@ -25,7 +25,7 @@ use rmcp::{
 
 use crate::{
     AppState,
-    auth::{Authenticator, Principal},
+    auth::Principal,
     error::ApiError,
     routes::{system::catalogue, tools},
 };
@@ -36,16 +36,16 @@ pub struct MemoryMcp {
     state: AppState,
 }
 
-/// The `/mcp` service. Behind API Gateway any `Host` is accepted (the gateway and the bearer token guard the
-/// endpoint); locally only loopback hosts, as the transport advises against DNS rebinding.
+/// The `/mcp` service. Any `Host` is accepted: every request carries a bearer token checked before the transport
+/// sees it, which a DNS-rebinding page cannot forge (the transport's loopback-only default guards servers without
+/// authentication). Bodies are capped like the REST API's.
 pub fn service(state: AppState) -> StreamableHttpService<MemoryMcp, LocalSessionManager> {
-    let mut config = StreamableHttpServerConfig::default()
+    let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_sse_keep_alive(None);
-    if matches!(*state.auth, Authenticator::ApiGateway { .. }) {
-        config = config.disable_allowed_hosts();
-    }
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(crate::MAX_BODY_BYTES)
+        .disable_allowed_hosts();
     StreamableHttpService::new(move || Ok(MemoryMcp { state: state.clone() }), Default::default(), config)
 }
 

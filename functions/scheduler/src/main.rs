@@ -7,6 +7,7 @@ use memory_core::secrets;
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     memory_core::telemetry::init();
+    memory_core::telemetry::init_metrics("scheduler");
     let app = match secrets::database_configured("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN") {
         true => {
             let config = secrets::database_config("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN").await?;
@@ -21,7 +22,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         async move {
             let task = event.payload;
             tracing::info!(?task, "scheduled task");
-            let outcome = scheduler::run(task, app.as_ref().map(|(p, r)| (p, r))).await?;
+            let outcome = scheduler::run(task, app.as_ref().map(|(p, r)| (p, r))).await;
+            memory_core::telemetry::flush_metrics();
+            let outcome = outcome?;
             tracing::info!(%outcome, "scheduled task finished");
             Ok::<_, lambda_runtime::Error>(outcome)
         }

@@ -6,10 +6,25 @@
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, MAX_MEMORIES, VERSION};
-use crate::{code::reader::is_blob_sha, store};
+use crate::{code::reader::is_blob_sha, domain::SourceKind, store};
+
+/// Whether the write gate takes this source kind from a producer.
+fn ingestible(kind: SourceKind) -> bool {
+    matches!(
+        kind,
+        SourceKind::ConversationTurn
+            | SourceKind::Run
+            | SourceKind::File
+            | SourceKind::Human
+            | SourceKind::ToolOutput
+            | SourceKind::External
+            | SourceKind::Import
+    )
+}
 
 /// The organisation's active memories as batches for `to_organization` (the same organisation, or another).
 pub async fn export(
@@ -23,12 +38,12 @@ pub async fn export(
     let memories: Vec<IngestMemory> = rows.into_iter().map(as_ingest).collect();
     Ok(memories
         .chunks(MAX_MEMORIES)
-        .enumerate()
-        .map(|(n, chunk)| IngestBatch {
+        .map(|chunk| IngestBatch {
             job_type: None,
             version: VERSION,
             organization_id: to_organization,
-            batch_id: format!("export:{organization_id}:{n}"),
+            // Named by what it holds: the same memories replay, changed ones are a new batch.
+            batch_id: format!("export:{:x}", Sha256::digest(serde_json::to_vec(chunk).expect("memories serialise"))),
             memories: chunk.to_vec(),
         })
         .collect())
@@ -38,17 +53,15 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
     let m = row.memory;
     // A file's blob SHA is stored as its hash; ingest appends it to the source reference again.
     let blob = m.content_hash.clone().filter(|h| m.file_backed && is_blob_sha(h));
-    let mut source_ref = m.provenance.source_ref.clone().unwrap_or_else(|| "export".into());
+    let mut source_ref = m.provenance.source_ref.clone().unwrap_or_else(|| format!("memory:{}", m.id));
     if let Some(sha) = &blob
         && let Some(stripped) = source_ref.strip_suffix(&format!("@{sha}"))
     {
         source_ref = stripped.to_string();
     }
-    let labels: BTreeMap<String, String> = m
-        .labels
-        .as_object()
-        .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
-        .unwrap_or_default();
+    let text = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let labels: BTreeMap<String, String> =
+        m.labels.as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), text(v))).collect()).unwrap_or_default();
     IngestMemory {
         content: m.content,
         context: row.context,
@@ -61,8 +74,8 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
         confidence: m.confidence,
         expires_at: m.expires_at,
         ttl_seconds: None,
-        tags: m.tags,
-        labels,
+        tags: m.tags.into_iter().take(super::MAX_ITEMS).collect(),
+        labels: labels.into_iter().take(super::MAX_ITEMS).collect(),
         taxonomy: row.taxonomy,
         entities: row.entities.0.into_iter().map(|(kind, name)| EntityRef { name, kind }).collect(),
         created_at: Some(m.created_at),
@@ -70,8 +83,18 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
         repository: m.repository,
         anchor: m.anchor,
         provenance: IngestProvenance {
-            source_kind: m.provenance.source_kind,
-            source_ref,
+            // What the service made itself (a merge, a synthesis) or took in before the write gate comes back as an
+            // import of its kind and reference.
+            source_kind: if ingestible(m.provenance.source_kind) {
+                m.provenance.source_kind
+            } else {
+                SourceKind::Import
+            },
+            source_ref: if ingestible(m.provenance.source_kind) {
+                source_ref
+            } else {
+                format!("{}:{source_ref}", m.provenance.source_kind)
+            },
             git_blob_sha: blob,
             trust_level: m.provenance.trust_level,
         },

@@ -28,9 +28,11 @@ pub fn admitted_trust(provenance: &IngestProvenance) -> Result<TrustLevel, Strin
         SourceKind::ToolOutput | SourceKind::External => Ok(TrustLevel::Untrusted),
         SourceKind::Human => Ok(claimed),
         SourceKind::File if provenance.git_blob_sha.as_deref().is_some_and(is_blob_sha) => Ok(claimed),
-        SourceKind::File | SourceKind::ConversationTurn | SourceKind::Run => Ok(at_most_unverified),
+        SourceKind::File | SourceKind::ConversationTurn | SourceKind::Run | SourceKind::Import => {
+            Ok(at_most_unverified)
+        }
         other => Err(format!(
-            "source_kind {other} is not an extraction source (conversation_turn, run, file, human, tool_output, external)"
+            "source_kind {other} is not an extraction source (conversation_turn, run, file, human, tool_output, external, import)"
         )),
     }
 }

@@ -66,7 +66,10 @@ pub trait Llm: Send + Sync {
     /// [`Llm::complete`] within `budget`; over it, `Timeout`.
     async fn complete_within(&self, request: LlmRequest, budget: Duration) -> Result<String, LlmError> {
         let purpose = request.purpose.as_str();
-        let answer = tokio::time::timeout(budget, self.complete(request)).await.map_err(|_| LlmError::Timeout)?;
+        let answer = match tokio::time::timeout(budget, self.complete(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(LlmError::Timeout),
+        };
         if answer.is_err() {
             metrics::counter!("model_failures", "purpose" => purpose).increment(1);
         }

@@ -175,11 +175,12 @@ pub async fn chunk_at(
     .await
 }
 
-/// Up to `limit` active memories of the organisation whose time to live has passed.
+/// Up to `limit` active memories of the organisation whose time to live has passed, locked for the caller's
+/// transaction (those another transaction holds are left for the next run).
 pub async fn expired(executor: impl PgExecutor<'_>, organization_id: Uuid, limit: i64) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query_scalar(
         "SELECT id FROM memory WHERE organization_id = $1 AND status = 'active' AND expires_at <= now() \
-         ORDER BY expires_at LIMIT $2",
+         ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
     )
     .bind(organization_id)
     .bind(limit)

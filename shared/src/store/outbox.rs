@@ -61,11 +61,12 @@ pub async fn claim_unpublished(
     .await
 }
 
-/// Marks events published, at the moment the bus accepted them (not the transaction's start: a relay that waited
-/// for another's lock publishes after it, and its rows say so).
+/// Marks events published, at the moment the bus had accepted them: one time for the batch (they were sent
+/// together, in order), not the transaction's start (a relay that waited for another's lock publishes after it, and
+/// its rows say so).
 pub async fn mark_published(executor: impl PgExecutor<'_>, organization_id: Uuid, ids: &[Uuid]) -> sqlx::Result<u64> {
     sqlx::query(
-        "UPDATE domain_event_outbox SET published_at = clock_timestamp() \
+        "UPDATE domain_event_outbox SET published_at = statement_timestamp() \
          WHERE organization_id = $1 AND id = ANY($2) AND published_at IS NULL",
     )
     .bind(organization_id)
