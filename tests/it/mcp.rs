@@ -137,7 +137,8 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
     };
     assert!(ok(0)["text"].as_str().unwrap().contains("Tuesdays"));
     for i in 1..=3 {
-        assert!(ok(i)["structured"]["hits"].as_array().is_some_and(|h| !h.is_empty()), "{}", results[i]);
+        let hits = &ok(i)["structured"]["hits"];
+        assert!(hits.as_array().is_some_and(|h| !h.is_empty()), "{hits}");
     }
     assert_eq!(ok(4)["structured"]["status"], "superseded");
     assert_eq!(ok(5)["structured"]["chain"].as_array().unwrap().len(), 2);
