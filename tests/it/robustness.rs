@@ -475,3 +475,135 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     assert!(made.provenance.source_ref.starts_with("merge:"));
     assert_eq!(made.labels.get("sources").map(String::as_str), Some("2"));
 }
+
+/// A memory that was merged and profiled, forgotten: its text is found nowhere afterwards, not by any mode or
+/// strategy, not in its chain, its merge, the entity's profile, the events or any table; tombstones keep the ids.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_forgotten_memory_merged_and_profiled_is_found_nowhere(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::{
+        domain::{MemoryType, NewMemory, SourceKind},
+        embed::Embedder,
+        ingest::{Admission, IngestBatch, Ingestor},
+        lifecycle::forget::{ForgetSelector, forget},
+        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, SessionTurn, Strategy, fusion::Fusion},
+        store::SearchFilters,
+    };
+    const SECRET: &str = "PLUMBLINE-7731";
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let embedder = integration_tests::minilm();
+    let message: IngestBatch = serde_json::from_value(serde_json::json!({"organization_id": org, "batch_id": "b",
+        "memories": [
+            {"content": format!("The zebra vault codeword is {SECRET}"), "memory_type": "semantic", "scope": "org",
+             "entities": [{"name": "zebra-vault", "kind": "service"}],
+             "provenance": {"source_kind": "human", "source_ref": "alice", "trust_level": "verified"}},
+            {"content": "zebra-vault rotates its keys every month", "memory_type": "semantic", "scope": "org",
+             "entities": [{"name": "zebra-vault", "kind": "service"}],
+             "provenance": {"source_kind": "human", "source_ref": "bob", "trust_level": "verified"}},
+            {"content": "billing-api deploys on Tuesdays", "memory_type": "semantic", "scope": "org",
+             "provenance": {"source_kind": "human", "source_ref": "carol", "trust_level": "verified"}}]}))
+    .unwrap();
+    let ids =
+        Ingestor::new(db.app.clone(), embedder.clone()).ingest(&message, Admission::Active).await.unwrap().memory_ids;
+    let (secret, sibling) = (ids[0], ids[1]);
+
+    // A merge of the two, superseding both.
+    let text = format!("zebra-vault: codeword {SECRET}, keys rotate every month");
+    let mut merged = NewMemory::new(org, MemoryType::Semantic, text.clone());
+    merged.provenance.source_kind = SourceKind::Merge;
+    merged.embedding = Some(embedder.embed_one(&text).await.unwrap());
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let merged = store::transitions::create(&mut tx, &merged, &[secret, sibling]).await.unwrap();
+    for source in [secret, sibling] {
+        store::transitions::supersede(&mut tx, org, source, merged.id, "dedup_merge").await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    // The entity's profile, written from the merge (a model that repeats what it is given).
+    let parrot = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |request| {
+        Ok(memory_core::llm::quoted_texts(&request.prompt).join(" "))
+    }));
+    let entity: Uuid = sqlx::query_scalar("SELECT id FROM memory_entity WHERE organization_id = $1")
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    EntitySynthesizer::new(parrot, Some(embedder.clone())).synthesize_profile(&db.app, org, entity).await.unwrap();
+    let leaks = async |sql: &str| -> i64 { sqlx::query_scalar(sql).bind(org).fetch_one(&db.admin).await.unwrap() };
+    let in_memories = "SELECT count(*) FROM memory WHERE organization_id = $1 AND content || coalesce(context, '') LIKE '%PLUMBLINE%'";
+    assert_eq!(leaks(in_memories).await, 3, "the memory, its merge and the profile say it before");
+
+    assert_eq!(forget(&db.app, org, &ForgetSelector::Memories(vec![secret])).await.unwrap(), 3);
+    assert_eq!(forget(&db.app, org, &ForgetSelector::Memories(vec![secret])).await.unwrap(), 0, "once");
+
+    let retriever = integration_tests::shipped_retriever(&db, embedder);
+    let query = format!("zebra vault codeword {SECRET}");
+    let said = |content: &str| content.contains("PLUMBLINE");
+    for (mode, archive) in [
+        (RetrievalMode::Passive, false),
+        (RetrievalMode::Mention, false),
+        (RetrievalMode::AgentQuery, false),
+        (RetrievalMode::AgentQuery, true),
+    ] {
+        let text = if mode == RetrievalMode::Mention { format!("@memory:{query}") } else { query.clone() };
+        let mut ask = RetrievalRequest::new(org, mode, text);
+        ask.include_archive = archive;
+        if mode == RetrievalMode::Passive {
+            ask.session = Some(SessionTurn { session_id: "s".into(), turn: 1 });
+        }
+        let answer = retriever.query(ask).await.unwrap();
+        assert!(!answer.memories.iter().any(|m| said(&m.memory.content)), "{mode:?}");
+        assert!(!answer.entity_profiles.iter().any(|p| said(&p.profile.content)), "{mode:?}");
+    }
+    for strategy in [Strategy::Vector, Strategy::Keyword, Strategy::Hybrid, Strategy::Graph, Strategy::Metadata] {
+        let search = SearchRequest {
+            organization_id: org,
+            agent_id: None,
+            project_id: None,
+            task_id: None,
+            query: query.clone(),
+            strategy,
+            filters: SearchFilters { include_archive: true, ..SearchFilters::default() },
+            fusion: Fusion::default(),
+            vector_weight: 0.5,
+            include_graph: true,
+            max_results: 20,
+            sensitivity_gate: false,
+        };
+        let hits = retriever.search(search).await.unwrap().hits;
+        assert!(!hits.iter().any(|h| said(&h.memory.content)), "{strategy:?}");
+    }
+    let chain = retriever.supersession_chain(org, None, secret).await.unwrap();
+    assert!(chain.iter().any(|m| m.id == secret && m.status == MemoryStatus::Forgotten && m.content.is_empty()));
+    assert!(!chain.iter().any(|m| said(&m.content)));
+    assert_eq!(reload(&db, org, sibling).await.status, MemoryStatus::Superseded, "its sibling is not forgotten");
+
+    assert_eq!(leaks(in_memories).await, 0);
+    assert_eq!(
+        leaks("SELECT count(*) FROM memory_posting WHERE organization_id = $1 AND lexeme LIKE 'plumblin%'").await,
+        0
+    );
+    let counted = "SELECT coalesce(sum(doc_count), 0)::bigint FROM memory_term_stats WHERE organization_id = $1 AND lexeme LIKE 'plumblin%'";
+    assert_eq!(leaks(counted).await, 0);
+    assert_eq!(
+        leaks(
+            "SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 AND payload::text LIKE '%PLUMBLINE%'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        leaks(
+            "SELECT count(*) FROM memory WHERE organization_id = $1 AND status = 'forgotten' AND embedding IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    assert_eq!(leaks("SELECT count(*) FROM memory_entity_profile WHERE organization_id = $1").await, 0);
+    assert_eq!(
+        leaks(
+            "SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 AND event_type = 'memory.forgotten'"
+        )
+        .await,
+        3
+    );
+}

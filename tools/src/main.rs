@@ -79,6 +79,31 @@ enum Command {
         /// reads).
         path: Option<PathBuf>,
     },
+    /// Forget memories for good: the content, context, embedding and index entries of every memory the selector
+    /// matches, and of every memory derived from them (merges, entity profiles), are erased; tombstones keep the ids,
+    /// times and chain links. Give one selector.
+    Forget {
+        #[arg(long)]
+        org: Uuid,
+        /// These memories (repeat the flag for several).
+        #[arg(long = "memory")]
+        memories: Vec<Uuid>,
+        /// The memories an ingest batch wrote.
+        #[arg(long)]
+        batch: Option<String>,
+        /// The memories whose source reference starts so.
+        #[arg(long)]
+        source_ref_prefix: Option<String>,
+        /// An agent's memories.
+        #[arg(long)]
+        agent: Option<Uuid>,
+        /// A project's memories.
+        #[arg(long)]
+        project: Option<Uuid>,
+        /// Every memory of the organisation.
+        #[arg(long)]
+        everything: bool,
+    },
     /// Write an organisation's active memories as ingest messages (JSON Lines, one batch a line) to standard
     /// output: provenance, times, scope, context, tags, labels, taxonomy, entities, files and anchors. `memory-admin
     /// ingest --direct --activate` of the file into an empty organisation gives the same retrieval results.
@@ -236,6 +261,26 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 operate::send_batches(&batches).await?;
             }
+        }
+        Command::Forget { org, memories, batch, source_ref_prefix, agent, project, everything } => {
+            use memory_core::lifecycle::forget::{ForgetSelector, forget};
+            let mut selectors = Vec::new();
+            if !memories.is_empty() {
+                selectors.push(ForgetSelector::Memories(memories));
+            }
+            selectors.extend(batch.map(ForgetSelector::Batch));
+            selectors.extend(source_ref_prefix.map(ForgetSelector::SourceRefPrefix));
+            selectors.extend(agent.map(ForgetSelector::Agent));
+            selectors.extend(project.map(ForgetSelector::Project));
+            if everything {
+                selectors.push(ForgetSelector::Organization);
+            }
+            let [selector] = selectors.as_slice() else {
+                anyhow::bail!(
+                    "give one selector: --memory, --batch, --source-ref-prefix, --agent, --project or --everything"
+                );
+            };
+            println!("{} memories forgotten", forget(&admin_pool()?, org, selector).await?);
         }
         Command::Export { org, to_org } => {
             let batches = memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org)).await?;

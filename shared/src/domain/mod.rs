@@ -32,7 +32,13 @@ text_enum! {
 
 text_enum! {
     /// Lifecycle state; only `active` memories are ever retrieved.
-    MemoryStatus { Candidate => "candidate", Active => "active", Superseded => "superseded", Archived => "archived" }
+    MemoryStatus {
+        Candidate => "candidate",
+        Active => "active",
+        Superseded => "superseded",
+        Archived => "archived",
+        Forgotten => "forgotten",
+    }
 }
 
 text_enum! {

@@ -10,6 +10,7 @@
 pub mod contradiction;
 pub mod dedup;
 pub mod file_scan;
+pub mod forget;
 pub mod guarded;
 pub mod supersession;
 pub mod sweep;

@@ -8,6 +8,7 @@ pub mod contradiction;
 pub mod dedup;
 pub mod entities;
 pub mod export;
+pub mod forget;
 pub mod ingest;
 pub mod jobs;
 pub mod memories;
