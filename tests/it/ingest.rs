@@ -464,20 +464,8 @@ async fn context_is_searched_and_embedded_but_never_returned(opts: PgPoolOptions
     Ingestor::new(db.app.clone(), embedder.clone()).ingest(&batch(org, "b", vec![m]), Admission::Active).await.unwrap();
 
     let r = retriever(&db, embedder, None);
-    let mut request = memory_core::retrieval::SearchRequest {
-        organization_id: org,
-        agent_id: None,
-        project_id: None,
-        task_id: None,
-        query: "kyoto".into(),
-        strategy: memory_core::retrieval::Strategy::Keyword,
-        filters: Default::default(),
-        fusion: Default::default(),
-        vector_weight: 0.5,
-        include_graph: false,
-        max_results: 5,
-        sensitivity_gate: false,
-    };
+    use memory_core::retrieval::{SearchRequest, Strategy};
+    let mut request = SearchRequest { max_results: 5, ..SearchRequest::new(org, Strategy::Keyword, "kyoto") };
     let hits = r.search(request.clone()).await.unwrap().hits;
     assert_eq!(hits.len(), 1, "the context's words find the memory");
     assert_eq!(hits[0].memory.content, turn_text, "only the content is returned");

@@ -9,8 +9,8 @@ use memory_core::{
     domain::{Memory, MemoryStatus, TrustLevel},
     ingest::{Admission, IngestBatch, Ingestor},
     lifecycle::file_scan::{FileScanner, ScanReport},
-    retrieval::{SearchRequest, Strategy, fusion::Fusion},
-    store::{self, SearchFilters},
+    retrieval::{SearchRequest, Strategy},
+    store::{self},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -262,18 +262,9 @@ async fn an_identifier_is_found_whichever_way_it_is_typed(opts: PgPoolOptions, c
     let retriever = integration_tests::shipped_retriever(&s.db, minilm());
     let search = async |query: &str| {
         let request = SearchRequest {
-            organization_id: s.org,
-            agent_id: None,
             project_id: Some(s.project),
-            task_id: None,
-            query: query.into(),
-            strategy: Strategy::Keyword,
-            filters: SearchFilters::default(),
-            fusion: Fusion::default(),
-            vector_weight: 0.5,
-            include_graph: false,
             max_results: 3,
-            sensitivity_gate: false,
+            ..SearchRequest::new(s.org, Strategy::Keyword, query)
         };
         let hits = retriever.search(request).await.unwrap().hits;
         hits.first().and_then(|h| h.memory.anchor.clone()).map(|a| a.symbol).unwrap_or_default()
@@ -418,18 +409,9 @@ async fn memories_anchored_in_overlapping_lines_of_a_file_are_returned_once(
     let retriever = integration_tests::shipped_retriever(&s.db, minilm());
     for strategy in [Strategy::Keyword, Strategy::Vector, Strategy::Hybrid] {
         let request = SearchRequest {
-            organization_id: s.org,
-            agent_id: None,
             project_id: Some(s.project),
-            task_id: None,
-            query: "parse_config reads the configuration file".into(),
-            strategy,
-            filters: SearchFilters::default(),
-            fusion: Fusion::default(),
-            vector_weight: 0.5,
-            include_graph: false,
             max_results: 10,
-            sensitivity_gate: false,
+            ..SearchRequest::new(s.org, strategy, "parse_config reads the configuration file")
         };
         let hits = retriever.search(request).await.unwrap().hits;
         let at_parse =

@@ -264,7 +264,7 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
 ) {
     use memory_core::{
         ingest::{Admission, IngestBatch, Ingestor},
-        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy, fusion::Fusion},
+        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy},
         store::SearchFilters,
     };
     let db = Db::new(opts, conn).await;
@@ -320,20 +320,7 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
         assert_eq!(ids(found.into_iter().map(|m| m.memory).collect()), [current], "{mode:?}");
     }
     for strategy in [Strategy::Vector, Strategy::Keyword, Strategy::Hybrid, Strategy::Metadata] {
-        let request = SearchRequest {
-            organization_id: org,
-            agent_id: None,
-            project_id: None,
-            task_id: None,
-            query: query.into(),
-            strategy,
-            filters: SearchFilters::default(),
-            fusion: Fusion::default(),
-            vector_weight: 0.5,
-            include_graph: false,
-            max_results: 10,
-            sensitivity_gate: false,
-        };
+        let request = SearchRequest { max_results: 10, ..SearchRequest::new(org, strategy, query) };
         let hits = retriever.search(request).await.unwrap().hits;
         assert_eq!(ids(hits.into_iter().map(|h| h.memory).collect()), [current], "{strategy:?}");
     }
@@ -358,18 +345,9 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
     let without = retriever.query(ask(RetrievalMode::AgentQuery, false)).await.unwrap().memories;
     assert_eq!(ids(without.into_iter().map(|m| m.memory).collect()), [newer.id]);
     let mut search = SearchRequest {
-        organization_id: org,
-        agent_id: None,
-        project_id: None,
-        task_id: None,
-        query: query.into(),
-        strategy: Strategy::Hybrid,
         filters: SearchFilters { include_archive: true, ..SearchFilters::default() },
-        fusion: Fusion::default(),
-        vector_weight: 0.5,
-        include_graph: false,
         max_results: 10,
-        sensitivity_gate: false,
+        ..SearchRequest::new(org, Strategy::Hybrid, query)
     };
     assert_eq!(retriever.search(search.clone()).await.unwrap().hits.len(), 3);
     search.filters.include_archive = false;
@@ -384,8 +362,7 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
 async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolOptions, conn: PgConnectOptions) {
     use memory_core::{
         ingest::{Admission, IngestBatch, Ingestor, export::export},
-        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy, fusion::Fusion},
-        store::SearchFilters,
+        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy},
     };
     let db = Db::new(opts, conn).await;
     let (from, to, project) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
@@ -441,18 +418,9 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
             ask.project_id = Some(project);
             let memories = retriever.query(ask).await.unwrap().memories;
             let search = SearchRequest {
-                organization_id: org,
-                agent_id: None,
                 project_id: Some(project),
-                task_id: None,
-                query: query.into(),
-                strategy: Strategy::Hybrid,
-                filters: SearchFilters::default(),
-                fusion: Fusion::default(),
-                vector_weight: 0.5,
-                include_graph: false,
                 max_results: 10,
-                sensitivity_gate: false,
+                ..SearchRequest::new(org, Strategy::Hybrid, query)
             };
             let hits = retriever.search(search).await.unwrap().hits;
             (
@@ -485,7 +453,7 @@ async fn a_forgotten_memory_merged_and_profiled_is_found_nowhere(opts: PgPoolOpt
         embed::Embedder,
         ingest::{Admission, IngestBatch, Ingestor},
         lifecycle::forget::{ForgetSelector, forget},
-        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, SessionTurn, Strategy, fusion::Fusion},
+        retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, SessionTurn, Strategy},
         store::SearchFilters,
     };
     const SECRET: &str = "PLUMBLINE-7731";
@@ -556,18 +524,9 @@ async fn a_forgotten_memory_merged_and_profiled_is_found_nowhere(opts: PgPoolOpt
     }
     for strategy in [Strategy::Vector, Strategy::Keyword, Strategy::Hybrid, Strategy::Graph, Strategy::Metadata] {
         let search = SearchRequest {
-            organization_id: org,
-            agent_id: None,
-            project_id: None,
-            task_id: None,
-            query: query.clone(),
-            strategy,
             filters: SearchFilters { include_archive: true, ..SearchFilters::default() },
-            fusion: Fusion::default(),
-            vector_weight: 0.5,
             include_graph: true,
-            max_results: 20,
-            sensitivity_gate: false,
+            ..SearchRequest::new(org, strategy, query.clone())
         };
         let hits = retriever.search(search).await.unwrap().hits;
         assert!(!hits.iter().any(|h| said(&h.memory.content)), "{strategy:?}");

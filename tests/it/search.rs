@@ -15,20 +15,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
 fn search(org: Uuid, query: &str, strategy: Strategy) -> SearchRequest {
-    SearchRequest {
-        organization_id: org,
-        agent_id: None,
-        project_id: None,
-        task_id: None,
-        query: query.into(),
-        strategy,
-        filters: SearchFilters::default(),
-        fusion: Fusion::Rrf,
-        vector_weight: 0.5,
-        include_graph: false,
-        max_results: 10,
-        sensitivity_gate: false,
-    }
+    SearchRequest { max_results: 10, ..SearchRequest::new(org, strategy, query) }
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

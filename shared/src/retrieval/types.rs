@@ -145,6 +145,28 @@ pub struct SearchRequest {
     pub sensitivity_gate: bool,
 }
 
+impl SearchRequest {
+    /// A search of `strategy` for `query` in the organisation with the defaults: no agent, project, task or filters,
+    /// RRF fusion (vector weight 0.5 for the weighted blend), no graph expansion, the default number of results,
+    /// no sensitivity gate.
+    pub fn new(organization_id: Uuid, strategy: Strategy, query: impl Into<String>) -> Self {
+        Self {
+            organization_id,
+            agent_id: None,
+            project_id: None,
+            task_id: None,
+            query: query.into(),
+            strategy,
+            filters: SearchFilters::default(),
+            fusion: super::fusion::Fusion::default(),
+            vector_weight: 0.5,
+            include_graph: false,
+            max_results: RetrievalRequest::DEFAULT_MAX_RESULTS,
+            sensitivity_gate: false,
+        }
+    }
+}
+
 /// How a search hit was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
