@@ -96,6 +96,23 @@ macro_rules! job {
 }
 
 job!(crate::ingest::IngestBatch, MemoryIngest);
+
+/// The ingest queue's messages: a batch names its job type (or none); a forget request is told apart by its own.
+impl Job for crate::ingest::IngestMessage {
+    const TYPE: JobType = JobType::MemoryIngest;
+    fn organization_id(&self) -> Uuid {
+        match self {
+            Self::Batch(batch) => batch.organization_id,
+            Self::Forget(request) => request.organization_id,
+        }
+    }
+    fn job_type(&self) -> Option<JobType> {
+        match self {
+            Self::Batch(batch) => batch.job_type,
+            Self::Forget(_) => None,
+        }
+    }
+}
 job!(DedupReviewJob, MemoryDedupReview);
 job!(ContradictionCheckJob, MemoryContradictionCheck);
 job!(EntitySynthesisJob, MemoryEntitySynthesis);

@@ -726,3 +726,74 @@ async fn only_memories_every_reader_sees_add_taxonomy_nodes_and_only_up_to_the_c
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     assert_eq!(store::taxonomy::count(&mut *tx, org).await.unwrap(), 4, "nothing past the cap");
 }
+
+/// `memory_forget` on the ingest queue, through the real queue that names its sender: refused without a verified
+/// grant (nothing forgotten), applied with one, and a second delivery changes nothing.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies_once(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{ingest::Producers, store::producers::Producer};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let sdk = sdk().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sdk, format!("t-{}-forget", org.simple())).await;
+    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("another fact", axis(1)));
+    let ingestor = Ingestor::new(db.app.clone(), embedder).with_producers(Producers::Registered);
+    let worker = workers::Worker::new(db.app.clone(), ingestor);
+    let deliver = async |id: &str, body: serde_json::Value| -> Vec<String> {
+        sqs.send_message().queue_url(&url).message_body(body.to_string()).send().await.unwrap();
+        let received = sqs
+            .receive_message()
+            .queue_url(&url)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
+            .send()
+            .await
+            .unwrap();
+        let message = &received.messages()[0];
+        sqs.delete_message().queue_url(&url).receipt_handle(message.receipt_handle().unwrap()).send().await.unwrap();
+        let mut record = SqsMessage::default();
+        record.message_id = Some(id.into());
+        record.body = message.body().map(str::to_string);
+        for (name, value) in message.attributes().into_iter().flatten() {
+            record.attributes.insert(name.as_str().to_string(), value.clone());
+        }
+        let mut event = SqsEvent::default();
+        event.records.push(record);
+        let response = aws_edge::sqs::process(&worker, None, event).await.unwrap();
+        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+    };
+    let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
+    let grant = async |max_trust| {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        let producer = Producer { sender_id: sender.clone(), name: "extraction".into(), max_trust };
+        store::producers::upsert(&mut *tx, org, &producer).await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    grant(TrustLevel::Unverified).await;
+    let mut from_run = turn("a fact");
+    from_run["provenance"]["source_ref"] = json!("run-9/turn-1");
+    let written = json!({"organization_id": org, "batch_id": "b", "memories": [from_run, turn("another fact")]});
+    assert!(deliver("batch", written).await.is_empty());
+
+    let forget =
+        json!({"job_type": "memory_forget", "organization_id": org, "selector": {"source_ref_prefix": "run-9"}});
+    assert_eq!(deliver("unverified", forget.clone()).await, vec!["unverified"], "an unverified grant may not forget");
+    assert_eq!(statuses(&db, org).await.len(), 2);
+    grant(TrustLevel::Verified).await;
+    assert!(deliver("verified", forget.clone()).await.is_empty());
+    assert!(deliver("again", forget).await.is_empty(), "a second delivery is a no-op");
+    let sql = "SELECT status, content FROM memory WHERE organization_id = $1 ORDER BY content";
+    let rows: Vec<(String, String)> = sqlx::query_as(sql).bind(org).fetch_all(&db.admin).await.unwrap();
+    assert_eq!(rows, [("forgotten".to_string(), String::new()), ("candidate".to_string(), "another fact".to_string())]);
+    let forgotten: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 AND event_type = 'memory.forgotten'",
+    )
+    .bind(org)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(forgotten, 1);
+}

@@ -109,3 +109,42 @@ pub struct IngestProvenance {
     /// The trust extraction claims; the write gate may lower it.
     pub trust_level: TrustLevel,
 }
+
+/// `memory_forget`, also on the ingest queue: forget what `selector` matches in the organisation, and what was
+/// derived from it, as `memory-admin forget` does (the sender needs a `verified` grant).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetRequest {
+    pub job_type: ForgetJobType,
+    pub organization_id: Uuid,
+    pub selector: crate::store::forget::ForgetSelector,
+}
+
+/// The `job_type` of a [`ForgetRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForgetJobType {
+    MemoryForget,
+}
+
+/// What the ingest queue carries: batches of memories, and requests to forget (told apart by `job_type`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum IngestMessage {
+    Batch(IngestBatch),
+    Forget(ForgetRequest),
+}
+
+impl<'de> Deserialize<'de> for IngestMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let forget = value.get("job_type").and_then(serde_json::Value::as_str) == Some("memory_forget");
+        let message = if forget {
+            serde_json::from_value(value).map(IngestMessage::Forget)
+        } else {
+            serde_json::from_value(value).map(IngestMessage::Batch)
+        };
+        message.map_err(D::Error::custom)
+    }
+}

@@ -25,7 +25,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 pub use gate::{admitted_trust, forbids_type, max_confidence};
-pub use message::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, VERSION};
+pub use message::{
+    EntityRef, ForgetJobType, ForgetRequest, IngestBatch, IngestMemory, IngestMessage, IngestProvenance, VERSION,
+};
 
 use crate::{
     code::Language,
@@ -164,6 +166,24 @@ impl Ingestor {
             }
         }
         self.ingest(batch, Admission::Candidate).await
+    }
+
+    /// Refuses a forget request from a sender without a `verified` grant for the organisation (forgetting erases
+    /// what every producer wrote); with `MEMORY_PRODUCERS=any` every sender may.
+    pub async fn may_forget(&self, organization_id: Uuid, sender: Option<&str>) -> crate::Result<()> {
+        if self.producers != Producers::Registered {
+            return Ok(());
+        }
+        let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let grant = store::producers::grant(&mut *tx, organization_id, sender).await?;
+        tx.commit().await?;
+        match grant {
+            Some(crate::domain::TrustLevel::Verified) => Ok(()),
+            _ => Err(crate::Error::Forbidden(format!(
+                "sender {sender} needs a verified grant for organisation {organization_id} to forget"
+            ))),
+        }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
