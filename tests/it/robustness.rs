@@ -405,11 +405,29 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     merged.insert(&db).await;
 
     let batches = export(&db.app, from, to).await.unwrap();
-    assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 4, "the active memories, not the history");
+    assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 5, "the active memories and the history");
     assert!(batches.iter().all(|b| b.organization_id == to));
+    let mut receipts = Vec::new();
     for batch in &batches {
-        ingestor.ingest(batch, Admission::Active).await.unwrap();
+        receipts.push(ingestor.ingest(batch, Admission::Active).await.unwrap());
     }
+    let restore = memory_core::ingest::export::restore_history;
+    assert_eq!(restore(&db.app, to, &batches, &receipts).await.unwrap(), 1, "the superseded memory, superseded again");
+    assert_eq!(restore(&db.app, to, &batches, &receipts).await.unwrap(), 0, "once");
+    // The same chain, in both organisations.
+    let chain_of = async |org: Uuid| -> Vec<(String, MemoryStatus)> {
+        let sql = "SELECT id FROM memory WHERE organization_id = $1 AND content = 'billing-api deploys on Mondays'";
+        let old: Uuid = sqlx::query_scalar(sql).bind(org).fetch_one(&db.admin).await.unwrap();
+        let chain =
+            integration_tests::shipped_retriever(&db, embedder.clone()).supersession_chain(org, None, old).await;
+        chain.unwrap().into_iter().map(|m| (m.content, m.status)).collect()
+    };
+    let chain = chain_of(from).await;
+    assert_eq!(chain.len(), 2);
+    assert_eq!(chain, chain_of(to).await);
+    // A producer may not send history over the queue.
+    let refused = ingestor.ingest_delivered(&batches[0], None).await.unwrap_err();
+    assert!(refused.to_string().contains("curated import"), "{refused}");
 
     let retriever = integration_tests::shipped_retriever(&db, embedder);
     for query in ["when does billing-api deploy", "what does E4021 mean", "make release", "shared release pipeline"] {
@@ -433,8 +451,16 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
         assert_eq!(here, there, "{query}");
     }
     let copied = export(&db.app, to, to).await.unwrap();
-    let (a, b): (Vec<_>, Vec<_>) = (batches[0].memories.clone(), copied[0].memories.clone());
-    assert_eq!(a, b, "provenance, times, taxonomy, entities and files survive the round trip");
+    let without_ids = |batches: &[IngestBatch]| -> Vec<_> {
+        let mut memories: Vec<_> = batches.iter().flat_map(|b| b.memories.clone()).collect();
+        for m in &mut memories {
+            m.history =
+                m.history.take().map(|h| memory_core::ingest::History { id: Uuid::nil(), superseded_by: None, ..h });
+        }
+        memories
+    };
+    let (a, b) = (without_ids(&batches), without_ids(&copied));
+    assert_eq!(a, b, "provenance, times, taxonomy, entities, files and statuses survive the round trip");
     assert_eq!(a[0].taxonomy, ["workflow/deploy"]);
     assert_eq!(a[2].provenance.git_blob_sha.as_deref(), Some(sha.as_str()));
     assert_eq!(a[2].provenance.source_ref, "billing-api@HEAD:Makefile");

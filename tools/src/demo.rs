@@ -230,6 +230,7 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
                 file_path: None,
                 repository: None,
                 anchor: None,
+                history: None,
                 provenance: IngestProvenance { source_kind, source_ref, git_blob_sha: None, trust_level },
             });
         }
@@ -255,6 +256,7 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
             file_path: None,
             repository: None,
             anchor: None,
+            history: None,
             provenance: IngestProvenance {
                 source_kind: SourceKind::Human,
                 source_ref: "demo".into(),

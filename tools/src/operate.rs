@@ -118,6 +118,7 @@ pub async fn ingest_directly(
     admission: Admission,
 ) -> anyhow::Result<()> {
     let ingestor = Ingestor::new(pool.clone(), Arc::new(MiniLm::new(model_dir)?));
+    let mut receipts = Vec::new();
     for batch in batches {
         let receipt = ingestor.ingest(batch, admission).await?;
         println!(
@@ -127,6 +128,16 @@ pub async fn ingest_directly(
             receipt.duplicates,
             if receipt.replayed { " (ingested before)" } else { "" }
         );
+        receipts.push(receipt);
+    }
+    // An export's history (superseded and archived memories, their successors), in a curated import.
+    if admission == Admission::Active && batches.iter().flat_map(|b| &b.memories).any(|m| m.history.is_some()) {
+        let mut orgs: Vec<Uuid> = batches.iter().map(|b| b.organization_id).collect();
+        orgs.dedup();
+        for org in orgs {
+            let restored = memory_core::ingest::export::restore_history(pool, org, batches, &receipts).await?;
+            println!("{restored} memories of {org} restored to their history");
+        }
     }
     match aws_edge::relay::relay_from_env(pool.clone()).await {
         Ok(relay) => {

@@ -90,6 +90,7 @@ pub fn plan(snapshot: &Snapshot, target: &ImportTarget) -> Result<ImportPlan, Fi
                 entities: Vec::new(),
                 created_at: None,
                 file_path: Some(file.path.clone()),
+                history: None,
                 repository: Some(target.repository.clone()),
                 provenance: IngestProvenance {
                     source_kind: SourceKind::File,

@@ -1,15 +1,16 @@
-//! An organisation's memories as ingest messages (`memory-admin export`): each active memory with its provenance,
-//! times, scope, context, tags, labels, taxonomy paths, entities and, for a file-backed one, its file, repository
-//! and anchor; ingesting the file into an empty organisation (`memory-admin ingest --direct --activate`) gives the
-//! same retrieval results. Entity profiles are left out (synthesis writes them again from their sources); the
-//! history (superseded and archived memories) stays behind.
+//! An organisation's memories as ingest messages (`memory-admin export`): each memory, active or history
+//! (superseded, archived), with its provenance, times, scope, context, tags, labels, taxonomy paths, entities, for a
+//! file-backed one its file, repository and anchor, and its `history` (its id, status and successor there);
+//! ingesting the file into an empty organisation (`memory-admin ingest --direct --activate`, which then restores
+//! the history with [`restore_history`]) gives the same retrieval results and the same supersession chains. Entity
+//! profiles are left out (synthesis writes them again from their sources).
 
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{EntityRef, IngestBatch, IngestMemory, IngestProvenance, MAX_MEMORIES, VERSION};
+use super::{EntityRef, History, IngestBatch, IngestMemory, IngestProvenance, IngestReceipt, MAX_MEMORIES, VERSION};
 use crate::{code::reader::is_blob_sha, domain::SourceKind, store};
 
 /// Whether the write gate takes this source kind from a producer.
@@ -33,7 +34,7 @@ pub async fn export(
     to_organization: Uuid,
 ) -> crate::Result<Vec<IngestBatch>> {
     let mut tx = store::begin_for_org(pool, organization_id).await?;
-    let rows = store::export::active_memories(&mut tx, organization_id).await?;
+    let rows = store::export::memories(&mut tx, organization_id).await?;
     tx.commit().await?;
     let memories: Vec<IngestMemory> = rows.into_iter().map(as_ingest).collect();
     Ok(memories
@@ -82,6 +83,7 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
         file_path: m.file_path,
         repository: m.repository,
         anchor: m.anchor,
+        history: Some(History { id: m.id, status: m.status, superseded_by: m.superseded_by }),
         provenance: IngestProvenance {
             // What the service made itself (a merge, a synthesis) or took in before the write gate comes back as an
             // import of its kind and reference.
@@ -99,4 +101,44 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
             trust_level: m.provenance.trust_level,
         },
     }
+}
+
+/// After a curated import of exported `batches` (their `receipts` in order): the memories that were superseded or
+/// archived where they came from are so again, superseded by the copies of their successors. Returns how many.
+pub async fn restore_history(
+    pool: &sqlx::PgPool,
+    organization_id: Uuid,
+    batches: &[IngestBatch],
+    receipts: &[IngestReceipt],
+) -> crate::Result<usize> {
+    let mut copy_of = std::collections::HashMap::new();
+    for (batch, receipt) in batches.iter().zip(receipts) {
+        for (memory, id) in batch.memories.iter().zip(&receipt.memory_ids) {
+            if let Some(history) = &memory.history {
+                copy_of.insert(history.id, *id);
+            }
+        }
+    }
+    let mut tx = store::begin_for_org(pool, organization_id).await?;
+    let mut restored = 0;
+    let histories = batches.iter().flat_map(|b| &b.memories).filter_map(|m| m.history.as_ref());
+    for history in histories {
+        let Some(&copy) = copy_of.get(&history.id) else { continue };
+        let current = store::transitions::lock(&mut tx, organization_id, &[copy]).await?.pop();
+        if current.is_none_or(|m| m.status != crate::domain::MemoryStatus::Active) {
+            continue; // restored before (a second import), or not a memory of this import
+        }
+        match (history.status, history.superseded_by.and_then(|s| copy_of.get(&s))) {
+            (crate::domain::MemoryStatus::Superseded, Some(&successor)) if successor != copy => {
+                store::transitions::supersede(&mut tx, organization_id, copy, successor, "import").await?;
+            }
+            (crate::domain::MemoryStatus::Superseded | crate::domain::MemoryStatus::Archived, _) => {
+                store::transitions::archive(&mut tx, organization_id, copy, "import").await?;
+            }
+            _ => continue,
+        }
+        restored += 1;
+    }
+    tx.commit().await?;
+    Ok(restored)
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::{
-    domain::{Anchor, MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
+    domain::{Anchor, MemoryStatus, MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
     jobs::JobType,
 };
 
@@ -72,6 +72,9 @@ pub struct IngestMemory {
     /// The chunk of the file the memory is written from (`memory-admin import-repo` sends each chunk's); the scan
     /// then follows that chunk rather than the whole file.
     pub anchor: Option<Anchor>,
+    /// Where an exported memory stood (`memory-admin export`): restored only by a curated import
+    /// (`memory-admin ingest --direct --activate`); a producer's message carrying it is refused.
+    pub history: Option<History>,
     pub provenance: IngestProvenance,
 }
 
@@ -108,6 +111,17 @@ pub struct IngestProvenance {
     pub git_blob_sha: Option<String>,
     /// The trust extraction claims; the write gate may lower it.
     pub trust_level: TrustLevel,
+}
+
+/// An exported memory's place in its organisation's history: its id there, its status, and the memory that
+/// superseded it (by that id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct History {
+    pub id: Uuid,
+    pub status: MemoryStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<Uuid>,
 }
 
 /// `memory_forget`, also on the ingest queue: forget what `selector` matches in the organisation, and what was

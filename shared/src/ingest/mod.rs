@@ -26,7 +26,8 @@ use uuid::Uuid;
 
 pub use gate::{admitted_trust, forbids_type, max_confidence};
 pub use message::{
-    EntityRef, ForgetJobType, ForgetRequest, IngestBatch, IngestMemory, IngestMessage, IngestProvenance, VERSION,
+    EntityRef, ForgetJobType, ForgetRequest, History, IngestBatch, IngestMemory, IngestMessage, IngestProvenance,
+    VERSION,
 };
 
 use crate::{
@@ -147,6 +148,11 @@ impl Ingestor {
     /// write it: a sender without a grant for the batch's organisation, or claiming more trust than its grant,
     /// is refused with the reason, and nothing is written.
     pub async fn ingest_delivered(&self, batch: &IngestBatch, sender: Option<&str>) -> crate::Result<IngestReceipt> {
+        if batch.memories.iter().any(|m| m.history.is_some()) {
+            return Err(crate::Error::Forbidden(
+                "history (status, supersession) is restored only by a curated import, not from the queue".into(),
+            ));
+        }
         if self.producers == Producers::Registered {
             let org = batch.organization_id;
             let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;

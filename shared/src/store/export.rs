@@ -1,5 +1,5 @@
-//! Reading an organisation's memories whole, for export: each active memory with its context, taxonomy paths and
-//! entity mentions.
+//! Reading an organisation's memories whole, for export: each memory with its context, taxonomy paths and entity
+//! mentions.
 
 use sqlx::{PgConnection, types::Json};
 use uuid::Uuid;
@@ -19,8 +19,9 @@ pub struct ExportedMemory {
     pub entities: Json<Vec<(String, String)>>,
 }
 
-/// The organisation's active memories (entity profiles aside: they are synthesised again), oldest first.
-pub async fn active_memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<Vec<ExportedMemory>> {
+/// The organisation's memories, active and history (superseded, archived; entity profiles aside: they are
+/// synthesised again), oldest first.
+pub async fn memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<Vec<ExportedMemory>> {
     let sql = format!(
         "WITH RECURSIVE paths AS (\
              SELECT id, name::text AS path FROM memory_taxonomy_node WHERE organization_id = $1 AND parent_id IS NULL \
@@ -34,7 +35,8 @@ pub async fn active_memories(conn: &mut PgConnection, organization_id: Uuid) -> 
                        FROM memory_entity_mention mn JOIN memory_entity e \
                          ON e.organization_id = mn.organization_id AND e.id = mn.entity_id \
                        WHERE mn.organization_id = m.organization_id AND mn.memory_id = m.id), '[]') AS entities \
-         FROM memory m WHERE m.organization_id = $1 AND m.status = 'active' AND m.memory_type <> 'entity_profile' \
+         FROM memory m WHERE m.organization_id = $1 AND m.status IN ('active', 'superseded', 'archived') \
+           AND m.memory_type <> 'entity_profile' \
          ORDER BY m.created_at, m.id"
     );
     sqlx::query_as(&sql).bind(organization_id).fetch_all(conn).await
