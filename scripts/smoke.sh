@@ -38,3 +38,8 @@ grep -q '"Namespace":"agent-memory".*retrieval_latency_ms\|retrieval_latency_ms.
     || { echo "[smoke] no retrieval_latency_ms metric in .local/retrieve.log" >&2; exit 1; }
 grep -q 'domain_events' "$ROOT/.local/workers.log" || { echo "[smoke] no domain_events metric in .local/workers.log" >&2; exit 1; }
 echo "[smoke] the request's log line and metrics are in .local/retrieve.log, the workers' in .local/workers.log"
+# An MCP client from the registry (PyPI mcp) against the running API: the tools listed, memory.query answered.
+mcp="$("$MEMORY_PYTHON" "$ROOT/tests/mcp/client.py" "$URL/mcp" "$token" "[[\"memory.query\", {\"query\": \"$fact\"}]]")"
+grep -q '"name": "read_file_range"' <<<"$mcp" && grep -q 'release train leaves on Thursdays' <<<"$mcp" \
+    || { echo "[smoke] the MCP client did not list the tools or find the memory: $mcp" >&2; exit 1; }
+echo "[smoke] an MCP client listed the tools and memory.query found the memory"
