@@ -285,7 +285,18 @@ async fn agent_query_classifies_with_the_llm(opts: PgPoolOptions, conn: PgConnec
     assert_eq!(result.taxonomy, vec!["workflow/git".to_string()]);
     assert!(!ids(&result).contains(&pref.id));
     assert!(!result.degraded);
+    assert_eq!(result.classification, memory_core::retrieval::Classification::Model);
     assert_eq!(llm.calls()[0].purpose, InvocationPurpose::MemoryRetrieval);
+
+    // No model configured: the rules classify, and that is configuration, not degradation.
+    let rules = retriever(&db, probe_embedder(), None);
+    for mode in [RetrievalMode::AgentQuery, RetrievalMode::Mention] {
+        let ask = request(org, mode);
+        let ask = if mode == RetrievalMode::Mention { ask.with_query("@memory:probe query") } else { ask };
+        let result = rules.query(ask).await.unwrap();
+        assert_eq!(result.classification, memory_core::retrieval::Classification::Rules, "{mode:?}");
+        assert!(!result.degraded, "{mode:?}: {:?}", result.degraded_reasons);
+    }
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -305,6 +316,7 @@ async fn a_failing_or_slow_llm_degrades_to_keyword_rules(opts: PgPoolOptions, co
         let result = result.unwrap();
         assert!(result.degraded);
         assert_eq!(result.degraded_reasons, vec![reason.to_string()]);
+        assert_eq!(result.classification, memory_core::retrieval::Classification::Rules);
         assert_eq!(result.memories.len(), 1);
     }
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
+    Classification, RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
     cooldown_token,
     mention::parse_mentions,
@@ -191,6 +191,14 @@ impl Retriever {
         };
 
         lap(&mut timings.classify_ms);
+        let model_failed = degraded.iter().any(|reason| reason == "llm_classification_failed");
+        let classification = if taxonomy.is_empty() {
+            Classification::None
+        } else if passive || self.llm.is_none() || model_failed {
+            Classification::Rules
+        } else {
+            Classification::Model
+        };
         let as_of = request.as_of.unwrap_or_else(Utc::now);
         let (mut ranked, fallback_used) =
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
@@ -228,6 +236,7 @@ impl Retriever {
             fallback_used,
             entity_profiles,
             taxonomy: classified.iter().map(|id| taxonomy.path(*id)).collect(),
+            classification,
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
             cooldown_token,
@@ -263,10 +272,8 @@ impl Retriever {
         if mode == RetrievalMode::Passive {
             return taxonomy.classify_by_rules(text);
         }
-        let Some(llm) = &self.llm else {
-            degraded.push("llm_unavailable".into());
-            return taxonomy.classify_by_rules(text);
-        };
+        // Without a model configured the rules classify: configuration, not degradation.
+        let Some(llm) = &self.llm else { return taxonomy.classify_by_rules(text) };
         match taxonomy.classify_with_llm(llm.as_ref(), text, self.llm_timeout).await {
             Ok(ids) => ids,
             Err(e) => {

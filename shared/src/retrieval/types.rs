@@ -98,6 +98,19 @@ pub struct RankedMemory {
     pub stale: bool,
 }
 
+/// How the query was classified into the taxonomy (Stage 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Classification {
+    /// The language model placed the query (agent_query and mention with a model configured).
+    Model,
+    /// Keyword rules placed it: passive mode always, the active modes without a model configured or when the model
+    /// failed (then `degraded` says so).
+    Rules,
+    /// The organisation has no taxonomy.
+    None,
+}
+
 /// The pipeline's answer: memories ordered most relevant LAST.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RetrievalResult {
@@ -107,6 +120,8 @@ pub struct RetrievalResult {
     pub entity_profiles: Vec<EntityProfile>,
     /// Taxonomy paths the query was classified into.
     pub taxonomy: Vec<String>,
+    /// How it was classified: `model`, `rules` or `none`.
+    pub classification: Classification,
     pub degraded: bool,
     pub degraded_reasons: Vec<String>,
     /// Passive mode: the session's cooldown, signed; send it back with the next turn so that any instance
