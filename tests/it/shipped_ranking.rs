@@ -157,3 +157,63 @@ async fn a_memory_of_the_date_the_question_names_outranks_a_newer_one(opts: PgPo
     let result = retriever.query(undated).await.unwrap();
     assert_eq!(ids(&result), vec![of_the_day.id, newer.id]);
 }
+
+/// README's mention example: a question about one fact of an entity gets that fact, not the entity's profiles
+/// (one per readership partition the agent reads, each sharing every word of the question); the profile comes once,
+/// attached under `entity_profiles`.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_question_about_one_fact_gets_the_fact_and_the_profile_once_beside_it(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{
+        domain::{MemoryType, Scope},
+        embed::Embedder,
+        store::{self, entities::PartitionProfile},
+    };
+    let db = Db::new(opts, conn).await;
+    let (org, project) = (Uuid::now_v7(), Uuid::now_v7());
+    let agent = integration_tests::agent_with_scopes(&db, org, Scope::ALL).await;
+    let embedder = integration_tests::minilm();
+    let embed = async |text: &str| embedder.embed_one(text).await.unwrap();
+    let fact_text = "Error E4021 from auth-service means the refresh token expired";
+    let fact = memory(org, fact_text).embedding(embed(fact_text).await).insert(&db).await;
+    let profile_text = "auth-service issues and refreshes tokens; errors E4011, E4021 and E4290 mean bad credentials, \
+                        an expired refresh token and rate limiting; auth-service deploys with make release";
+    let mut profiles = Vec::new();
+    for (i, scope) in [Scope::Org, Scope::Project, Scope::AgentPrivate].into_iter().enumerate() {
+        let mut p = memory(org, &format!("{profile_text} ({i})"))
+            .embedding(embed(profile_text).await)
+            .memory_type(MemoryType::EntityProfile)
+            .scope(scope);
+        if scope == Scope::Project {
+            p = p.project(project);
+        }
+        if scope == Scope::AgentPrivate {
+            p = p.agent(agent);
+        }
+        profiles.push(p.insert(&db).await);
+    }
+    let all: Vec<&memory_core::domain::Memory> = std::iter::once(&fact).chain(profiles.iter()).collect();
+    let entity = integration_tests::mention_all(&db, org, "auth-service", &all).await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    for (i, profile) in profiles.iter().enumerate() {
+        let row = PartitionProfile {
+            readership: format!("partition-{i}"),
+            memory_id: profile.id,
+            source_digest: String::new(),
+            source_count: 1 + i as i32,
+        };
+        store::entities::set_partition_profile(&mut *tx, org, entity, &row).await.unwrap();
+    }
+    store::entities::set_synthesis(&mut *tx, org, entity, profiles[0].id).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut ask = request(org, RetrievalMode::AgentQuery, "what does E4021 mean for auth-service");
+    ask.agent_id = Some(agent);
+    ask.project_id = Some(project);
+    let result = shipped_retriever(&db, embedder.clone()).query(ask).await.unwrap();
+    assert!(!result.memories.iter().any(|m| m.memory.memory_type == MemoryType::EntityProfile), "{result:?}");
+    assert_eq!(result.memories.last().map(|m| m.memory.id), Some(fact.id), "the fact, most relevant (last)");
+    assert_eq!(result.entity_profiles.len(), 1, "the entity's profile once");
+}

@@ -162,6 +162,10 @@ impl Retriever {
         let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
         let mut candidates = set.candidates;
+        // A profile is the summary of its entity, attached under `entity_profiles` to the memories that mention it:
+        // it does not compete with them (a long profile shares every word of any question about its entity, and
+        // would crowd out the fact that answers it).
+        candidates.retain(|c| c.memory.memory_type != crate::domain::MemoryType::EntityProfile);
         timings.candidates = candidates.len();
         lap(&mut timings.branches_ms);
 
