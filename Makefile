@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk code-eval
+.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
 	@echo "make code-eval [EVAL_ARGS=...]   code retrieval: documented functions of chrono (Rust) and jinja2 (Python) as queries"
+	@echo "make madial     convert ../shared/data/madial-bench/en to .local/madial-beir (then make eval DATASET=.local/madial-beir)"
 	@echo "make realtalk   convert ../shared/data/realtalk to .local/realtalk-beir (then make eval DATASET=.local/realtalk-beir)"
 
 run:
@@ -87,6 +88,10 @@ eval:
 
 realtalk:
 	@scripts/perf.sh realtalk-to-beir --input "$(REALTALK)" --output .local/realtalk-beir
+
+MADIAL ?= ../shared/data/madial-bench/en
+madial:
+	@scripts/perf.sh madial-to-beir --input "$(MADIAL)" --output .local/madial-beir
 
 # Code retrieval on public repositories the machine already holds: the chrono crate's source (Rust, from the cargo
 # registry) and the jinja2 package (Python, from the local stack's virtualenv).

@@ -38,7 +38,8 @@ struct Args {
     #[arg(long)]
     dataset: PathBuf,
     /// Comma-separated: vector, keyword, hybrid (RRF), hybrid-weighted-<w> (the weighted blend, vector weight w),
-    /// pipeline (the configured Stage 4 formula), pipeline-spec, pipeline-relevance.
+    /// pipeline (the configured Stage 4 formula, agent_query), pipeline-spec, pipeline-relevance, pipeline-passive
+    /// (passive injection).
     #[arg(long, default_value = "vector,keyword,hybrid,pipeline,pipeline-spec", value_delimiter = ',')]
     strategies: Vec<String>,
     /// Depth of each ranking (at most 100).
@@ -275,6 +276,7 @@ async fn main() -> anyhow::Result<()> {
         ("pipeline", with_formula(None)),
         ("pipeline-spec", with_formula(Some(RankingFormula::Spec))),
         ("pipeline-relevance", with_formula(Some(RankingFormula::Relevance))),
+        ("pipeline-passive", with_formula(None)),
     ]
     .into_iter()
     .collect();
@@ -351,7 +353,13 @@ async fn run_query(
 ) -> anyhow::Result<Vec<(Uuid, f64)>> {
     let org = organization_of(query.metadata.group.as_deref());
     if strategy.starts_with("pipeline") {
-        let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query.text.clone());
+        // `pipeline-passive`: passive injection before the next turn (one session per query, its first turn).
+        let passive = strategy == "pipeline-passive";
+        let mode = if passive { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
+        let mut request = RetrievalRequest::new(org, mode, query.text.clone());
+        if passive {
+            request.session = Some(memory_core::retrieval::SessionTurn { session_id: query.id.clone(), turn: 1 });
+        }
         request.max_results = k;
         request.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
         let mut result = retriever.query(request).await?;
