@@ -130,6 +130,30 @@ pub struct Fixture {
     pub taxonomy: Option<Vec<&'static str>>,
 }
 
+/// The secret of the tests' local HS256 authenticator.
+pub const TEST_SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
+
+/// The retrieve app over `retriever`, authenticating local tokens signed with [`TEST_SECRET`].
+pub fn local_app(retriever: Retriever) -> axum::Router {
+    use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER};
+    let auth = retrieve::Authenticator::local(&TEST_SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE);
+    retrieve::app(retrieve::AppState { retriever: Arc::new(retriever), auth: Arc::new(auth.unwrap()) })
+}
+
+/// A local token for `org` (acting as `agent`, with `scope` when given), valid ten minutes.
+pub fn local_token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
+    use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token};
+    let claims = retrieve::Claims {
+        org_id: org.to_string(),
+        agent_id: agent.map(|a| a.to_string()),
+        scope: scope.map(str::to_string),
+        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
+        iss: Some(LOCAL_ISSUER.into()),
+        aud: Some(LOCAL_AUDIENCE.into()),
+    };
+    sign_local_token(TEST_SECRET, &claims).expect("a token")
+}
+
 /// The retrieve app behind API Gateway's authorizer, for the API id and stage of the sample events in `events/`.
 pub fn sample_event_app(retriever: Retriever) -> axum::Router {
     retrieve::app(retrieve::AppState {

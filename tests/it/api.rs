@@ -9,16 +9,12 @@ use axum::{
 use http_body_util::BodyExt;
 use integration_tests::{Db, FixedEmbedder, agent_with_scopes, axis, memory, retriever};
 use memory_core::{code::RepositoryReader, domain::Scope, store};
-use retrieve::{
-    AppState, Authenticator, Claims,
-    auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
-};
+use retrieve::{AppState, Authenticator, Claims, auth::sign_local_token};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
 use uuid::Uuid;
 
-const SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
 const QUERY: &str = "probe query";
 
 struct Api {
@@ -37,11 +33,7 @@ impl Api {
         if let Some(root) = repositories {
             retriever = retriever.with_repositories(Arc::new(RepositoryReader::new(root, "HEAD", 64 * 1024)));
         }
-        let state = AppState {
-            retriever: Arc::new(retriever),
-            auth: Arc::new(Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap()),
-        };
-        Self { app: retrieve::app(state) }
+        Self { app: integration_tests::local_app(retriever) }
     }
 
     async fn call(&self, method: &str, uri: &str, token: Option<&str>, body: Option<String>) -> (StatusCode, Value) {
@@ -61,15 +53,7 @@ impl Api {
 }
 
 fn token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
-    let claims = Claims {
-        org_id: org.to_string(),
-        agent_id: agent.map(|a| a.to_string()),
-        scope: scope.map(str::to_string),
-        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
-        iss: Some(LOCAL_ISSUER.into()),
-        aud: Some(LOCAL_AUDIENCE.into()),
-    };
-    sign_local_token(SECRET, &claims).unwrap()
+    integration_tests::local_token(org, agent, scope)
 }
 
 /// method, uri, token, body, expected status, expected error code.

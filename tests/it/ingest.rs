@@ -45,6 +45,37 @@ fn batch(org: Uuid, batch_id: &str, memories: Vec<serde_json::Value>) -> IngestB
     .unwrap()
 }
 
+/// Sends `body` through the real queue (which names its sender), receives it, and hands it to `worker` as the
+/// Lambda runtime would; returns the ids of the records that failed.
+async fn through_queue<H: aws_edge::sqs::JobHandler>(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    worker: &H,
+    id: &str,
+    body: String,
+) -> Vec<String> {
+    sqs.send_message().queue_url(url).message_body(body).send().await.unwrap();
+    let received = sqs
+        .receive_message()
+        .queue_url(url)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
+        .send()
+        .await
+        .unwrap();
+    let message = &received.messages()[0];
+    sqs.delete_message().queue_url(url).receipt_handle(message.receipt_handle().unwrap()).send().await.unwrap();
+    let mut record = SqsMessage::default();
+    record.message_id = Some(id.into());
+    record.body = message.body().map(str::to_string);
+    for (name, value) in message.attributes().into_iter().flatten() {
+        record.attributes.insert(name.as_str().to_string(), value.clone());
+    }
+    let mut event = SqsEvent::default();
+    event.records.push(record);
+    let response = aws_edge::sqs::process(worker, None, event).await.unwrap();
+    response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+}
+
 async fn statuses(db: &Db, org: Uuid) -> Vec<(String, MemoryStatus)> {
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     sqlx::query_as("SELECT content, status FROM memory WHERE organization_id = $1 ORDER BY content")
@@ -616,26 +647,7 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     let worker = workers::Worker::new(db.app.clone(), ingestor);
     // Messages go through the real queue, which says who sent them.
     let deliver = async |id: &str, batch: IngestBatch| -> Vec<String> {
-        sqs.send_message().queue_url(&url).message_body(serde_json::to_string(&batch).unwrap()).send().await.unwrap();
-        let received = sqs
-            .receive_message()
-            .queue_url(&url)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
-            .send()
-            .await
-            .unwrap();
-        let message = &received.messages()[0];
-        sqs.delete_message().queue_url(&url).receipt_handle(message.receipt_handle().unwrap()).send().await.unwrap();
-        let mut record = SqsMessage::default();
-        record.message_id = Some(id.into());
-        record.body = message.body().map(str::to_string);
-        for (name, value) in message.attributes().into_iter().flatten() {
-            record.attributes.insert(name.as_str().to_string(), value.clone());
-        }
-        let mut event = SqsEvent::default();
-        event.records.push(record);
-        let response = aws_edge::sqs::process(&worker, None, event).await.unwrap();
-        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+        through_queue(&sqs, &url, &worker, id, serde_json::to_string(&batch).unwrap()).await
     };
     let mut human = turn("a human fact");
     human["provenance"] = json!({"source_kind": "human", "source_ref": "alice", "trust_level": "verified"});
@@ -744,26 +756,7 @@ async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies
     let ingestor = Ingestor::new(db.app.clone(), embedder).with_producers(Producers::Registered);
     let worker = workers::Worker::new(db.app.clone(), ingestor);
     let deliver = async |id: &str, body: serde_json::Value| -> Vec<String> {
-        sqs.send_message().queue_url(&url).message_body(body.to_string()).send().await.unwrap();
-        let received = sqs
-            .receive_message()
-            .queue_url(&url)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::SenderId)
-            .send()
-            .await
-            .unwrap();
-        let message = &received.messages()[0];
-        sqs.delete_message().queue_url(&url).receipt_handle(message.receipt_handle().unwrap()).send().await.unwrap();
-        let mut record = SqsMessage::default();
-        record.message_id = Some(id.into());
-        record.body = message.body().map(str::to_string);
-        for (name, value) in message.attributes().into_iter().flatten() {
-            record.attributes.insert(name.as_str().to_string(), value.clone());
-        }
-        let mut event = SqsEvent::default();
-        event.records.push(record);
-        let response = aws_edge::sqs::process(&worker, None, event).await.unwrap();
-        response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect()
+        through_queue(&sqs, &url, &worker, id, body.to_string()).await
     };
     let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
     let grant = async |max_trust| {

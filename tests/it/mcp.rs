@@ -11,28 +11,10 @@ use axum::{
 };
 use integration_tests::{Db, agent_with_scopes, memory, minilm};
 use memory_core::{code::RepositoryReader, domain::Scope, embed::Embedder, store};
-use retrieve::{
-    AppState, Authenticator, Claims,
-    auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
-};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
 use uuid::Uuid;
-
-const SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
-
-fn token(org: Uuid, agent: Option<Uuid>) -> String {
-    let claims = Claims {
-        org_id: org.to_string(),
-        agent_id: agent.map(|a| a.to_string()),
-        scope: None,
-        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
-        iss: Some(LOCAL_ISSUER.into()),
-        aud: Some(LOCAL_AUDIENCE.into()),
-    };
-    sign_local_token(SECRET, &claims).unwrap()
-}
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: PgPoolOptions, conn: PgConnectOptions) {
@@ -61,11 +43,7 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
 
     let retriever = integration_tests::shipped_retriever(&db, minilm())
         .with_repositories(Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)));
-    let state = AppState {
-        retriever: Arc::new(retriever),
-        auth: Arc::new(Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap()),
-    };
-    let app = retrieve::app(state);
+    let app = integration_tests::local_app(retriever);
 
     // A missing or bad token: 401 before any MCP message is read.
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
@@ -105,7 +83,7 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
     ]);
     let python = std::env::var("MEMORY_PYTHON").expect("MEMORY_PYTHON (run through make test)");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.py");
-    let token = token(org, Some(agent));
+    let token = integration_tests::local_token(org, Some(agent), None);
     let output =
         tokio::process::Command::new(python).args([script, &url, &token, &calls.to_string()]).output().await.unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));

@@ -301,7 +301,6 @@ async fn the_repository_tools_read_the_committed_text_and_search_within_filters(
 ) {
     use axum::{body::Body, http::Request};
     use http_body_util::BodyExt;
-    use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token};
     use serde_json::{Value, json};
     use tower::ServiceExt;
 
@@ -312,24 +311,10 @@ async fn the_repository_tools_read_the_committed_text_and_search_within_filters(
     s.repo.commit("first");
     s.ingest(&s.plan().batches).await;
     let agent = integration_tests::agent_with_scopes(&s.db, s.org, memory_core::domain::Scope::ALL).await;
-    const SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
     let retriever = integration_tests::shipped_retriever(&s.db, minilm())
         .with_repositories(Arc::new(RepositoryReader::new(&s.root, "HEAD", 64 * 1024)));
-    let app = retrieve::app(retrieve::AppState {
-        retriever: Arc::new(retriever),
-        auth: Arc::new(
-            retrieve::Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap(),
-        ),
-    });
-    let claims = retrieve::Claims {
-        org_id: s.org.to_string(),
-        agent_id: Some(agent.to_string()),
-        scope: None,
-        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
-        iss: Some(LOCAL_ISSUER.into()),
-        aud: Some(LOCAL_AUDIENCE.into()),
-    };
-    let token = sign_local_token(SECRET, &claims).unwrap();
+    let app = integration_tests::local_app(retriever);
+    let token = integration_tests::local_token(s.org, Some(agent), None);
     let call = async |tool: &str, body: Value| -> (u16, Value) {
         let request = Request::post(format!("/v1/tools/{tool}"))
             .header("authorization", format!("Bearer {token}"))

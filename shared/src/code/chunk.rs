@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn rust_splits_along_items_with_impl_members_under_their_type() {
-        let text = "use std::fs;\n\n/// Reads the config.\npub fn parse(path: &str) -> Config {\n    todo!()\n}\n\n\
+        let text = "use std::fs;\n\n/// Reads the config.\npub fn parse(path: &str) -> Config {\n    Config::read(path)\n}\n\n\
                     #[derive(Debug)]\npub struct Config {\n    port: u16,\n}\n\nimpl Config {\n    \
                     /// The port.\n    pub fn port(&self) -> u16 {\n        self.port\n    }\n}\n\n\
                     mod inner {\n    fn helper() {}\n}\n";

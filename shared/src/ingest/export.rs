@@ -11,20 +11,21 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::{EntityRef, History, IngestBatch, IngestMemory, IngestProvenance, IngestReceipt, MAX_MEMORIES, VERSION};
-use crate::{code::reader::is_blob_sha, domain::SourceKind, store};
+use crate::{
+    code::reader::is_blob_sha,
+    domain::{SourceKind, TrustLevel},
+    store,
+};
 
 /// Whether the write gate takes this source kind from a producer.
 fn ingestible(kind: SourceKind) -> bool {
-    matches!(
-        kind,
-        SourceKind::ConversationTurn
-            | SourceKind::Run
-            | SourceKind::File
-            | SourceKind::Human
-            | SourceKind::ToolOutput
-            | SourceKind::External
-            | SourceKind::Import
-    )
+    let probe = IngestProvenance {
+        source_kind: kind,
+        source_ref: String::new(),
+        git_blob_sha: None,
+        trust_level: TrustLevel::Unverified,
+    };
+    super::admitted_trust(&probe).is_ok()
 }
 
 /// The organisation's active memories as batches for `to_organization` (the same organisation, or another).

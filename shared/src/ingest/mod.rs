@@ -155,11 +155,8 @@ impl Ingestor {
         }
         if self.producers == Producers::Registered {
             let org = batch.organization_id;
-            let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;
-            let mut tx = store::begin_for_org(&self.pool, org).await?;
-            let grant = store::producers::grant(&mut *tx, org, sender).await?;
-            tx.commit().await?;
-            let max_trust = grant.ok_or_else(|| {
+            let (sender, max_trust) = self.grant_of(org, sender).await?;
+            let max_trust = max_trust.ok_or_else(|| {
                 crate::Error::Forbidden(format!("sender {sender} is not registered to write to organisation {org}"))
             })?;
             if let Some((i, m)) = batch.memories.iter().enumerate().find(|(_, m)| {
@@ -180,16 +177,27 @@ impl Ingestor {
         if self.producers != Producers::Registered {
             return Ok(());
         }
-        let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;
-        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
-        let grant = store::producers::grant(&mut *tx, organization_id, sender).await?;
-        tx.commit().await?;
+        let (sender, grant) = self.grant_of(organization_id, sender).await?;
         match grant {
             Some(crate::domain::TrustLevel::Verified) => Ok(()),
             _ => Err(crate::Error::Forbidden(format!(
                 "sender {sender} needs a verified grant for organisation {organization_id} to forget"
             ))),
         }
+    }
+
+    /// The sender (SQS `SenderId`) of a message and the highest trust its grant for the organisation allows (None:
+    /// no grant); a message without a sender is refused.
+    async fn grant_of<'s>(
+        &self,
+        organization_id: Uuid,
+        sender: Option<&'s str>,
+    ) -> crate::Result<(&'s str, Option<crate::domain::TrustLevel>)> {
+        let sender = sender.ok_or_else(|| crate::Error::Forbidden("the message names no sender".into()))?;
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let grant = store::producers::grant(&mut *tx, organization_id, sender).await?;
+        tx.commit().await?;
+        Ok((sender, grant))
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {

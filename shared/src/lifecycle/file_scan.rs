@@ -404,11 +404,14 @@ impl FileScanner {
     }
 }
 
-/// A file's SHA, and its chunks when some memory of it is anchored.
+/// A file's SHA, and its chunks when an anchored memory must look at its chunk (the file is not the one it was
+/// last verified against, or its anchor has no hash yet): an unchanged file is not parsed.
 fn read_file(path: &str, bytes: &[u8], memories: &[Memory]) -> ReadFile {
     let sha = blob_sha(bytes);
-    let anchored = memories.iter().any(|m| m.anchor.is_some());
-    let chunks = match (anchored, Language::of_path(path), std::str::from_utf8(bytes)) {
+    let needs_chunks = memories.iter().any(|m| {
+        m.anchor.as_ref().is_some_and(|a| a.hash.is_none() || m.content_hash.as_deref() != Some(sha.as_str()))
+    });
+    let chunks = match (needs_chunks, Language::of_path(path), std::str::from_utf8(bytes)) {
         (true, Some(language), Ok(text)) => chunk_file(path, language, text),
         _ => Vec::new(),
     };
