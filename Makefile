@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval realtalk madial code-eval
+.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -23,7 +23,8 @@ help:
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
-	@echo "make code-eval [EVAL_ARGS=...]   code retrieval: documented functions of chrono (Rust) and jinja2 (Python) as queries"
+	@echo "make eval-all [EVAL_ARGS=...]    the four shapes: SciFact, REALTALK, MADial-Bench, code; one summary (.local/eval-all.md)"
+	@echo "make code-eval [EVAL_ARGS=...]   code retrieval only: documented functions of chrono (Rust) and jinja2 (Python) as queries"
 	@echo "make madial     convert ../shared/data/madial-bench/en to .local/madial-beir (then make eval DATASET=.local/madial-beir)"
 	@echo "make realtalk   convert ../shared/data/realtalk to .local/realtalk-beir (then make eval DATASET=.local/realtalk-beir)"
 
@@ -93,12 +94,8 @@ MADIAL ?= ../shared/data/madial-bench/en
 madial:
 	@scripts/perf.sh madial-to-beir --input "$(MADIAL)" --output .local/madial-beir
 
-# Code retrieval on public repositories the machine already holds: the chrono crate's source (Rust, from the cargo
-# registry) and the jinja2 package (Python, from the local stack's virtualenv).
-CODE_SOURCES ?= $(lastword $(sort $(wildcard $(or $(CARGO_HOME),$(HOME)/.cargo)/registry/src/*/chrono-0.4.*/src))) .local/venv/lib/python3*/site-packages/jinja2
+eval-all:
+	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh
+
 code-eval:
-	@for source in $(CODE_SOURCES); do \
-	    name=$$(basename $$(dirname $$source))-$$(basename $$source); \
-	    scripts/perf.sh code-to-beir --source $$source --out .local/code-beir/$$name && \
-	    scripts/perf.sh memory-eval --dataset .local/code-beir/$$name --strategies vector,keyword,hybrid,pipeline $(EVAL_ARGS); \
-	done
+	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh chrono jinja2

@@ -29,22 +29,137 @@ async fn every_tenant_table_forces_row_level_security_with_a_policy(opts: PgPool
     }
 }
 
+/// Distribution by organisation (Citus, Aurora Limitless, hash partitions; docs/scaling.md) needs every key to
+/// lead with the distribution column: each primary key, unique index and foreign key (on both of its sides), and
+/// every table to carry it. The migration ledger is the one table outside the tenants' data.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn organization_id_leads_every_primary_and_unique_key(opts: PgPoolOptions, conn: PgConnectOptions) {
+async fn organization_id_leads_every_primary_unique_and_foreign_key(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
-    let keys: Vec<(String, String)> = sqlx::query_as(
-        "SELECT con.conname::text, pg_get_constraintdef(con.oid) FROM pg_constraint con \
-         JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = 'public' AND con.contype IN ('p', 'u') AND c.relname <> '_sqlx_migrations'",
+    let tables: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT c.relname::text, EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid \
+                                          AND a.attname = 'organization_id' AND NOT a.attisdropped) \
+         FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p') \
+           AND c.relname <> '_sqlx_migrations'",
     )
     .fetch_all(&db.admin)
     .await
     .unwrap();
-    assert!(!keys.is_empty());
-    for (name, definition) in keys {
-        let leads = definition.contains("(organization_id,") || definition.contains("(organization_id)");
-        assert!(leads, "{name}: {definition}");
+    assert!(tables.len() >= 18, "{tables:?}");
+    for (table, has_organization) in &tables {
+        assert!(has_organization, "{table} has no organization_id");
     }
+    // Unique indexes include the primary keys and unique constraints (each has one).
+    let unique: Vec<(String, String)> = sqlx::query_as(
+        "SELECT i.indexrelid::regclass::text, a.attname::text FROM pg_index i \
+         JOIN pg_class c ON c.oid = i.indrelid \
+         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+         WHERE c.relnamespace = 'public'::regnamespace AND i.indisunique AND c.relname <> '_sqlx_migrations'",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(unique.len() >= tables.len(), "{unique:?}");
+    for (index, first) in unique {
+        assert_eq!(first, "organization_id", "unique index {index} leads with {first}");
+    }
+    let foreign: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT con.conname::text, a.attname::text, fa.attname::text FROM pg_constraint con \
+         JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = con.conkey[1] \
+         JOIN pg_attribute fa ON fa.attrelid = con.confrelid AND fa.attnum = con.confkey[1] \
+         WHERE con.contype = 'f' AND con.connamespace = 'public'::regnamespace",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(foreign.len() >= 10, "{foreign:?}");
+    for (key, from, to) in foreign {
+        assert_eq!((from.as_str(), to.as_str()), ("organization_id", "organization_id"), "foreign key {key}");
+    }
+}
+
+/// The cross-organisation sweeps, named: the relay and the scheduled sweeps read the organisation registry
+/// (`domain_event_outbox_org`: ids and the sweeps' stamps, nothing of a memory) to pick whose turn it is, then work
+/// one organisation at a time. Every other statement sees one organisation: each policy on every other table is
+/// `organization_id = app_current_org()` (one value per transaction), no function runs with its owner's rights, and
+/// only the outbox module names the registry.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn no_statement_outside_the_named_sweeps_reads_more_than_one_organisation(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    const REGISTRY: &str = "domain_event_outbox_org";
+    let db = Db::new(opts, conn).await;
+    /// Table, policy, command, USING and WITH CHECK.
+    type Policy = (String, String, String, Option<String>, Option<String>);
+    let policies: Vec<Policy> = sqlx::query_as(
+        "SELECT tablename::text, policyname::text, cmd::text, qual, with_check FROM pg_policies \
+         WHERE schemaname = 'public'",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    let one_organisation = "(organization_id = app_current_org())";
+    let mut sweeps = Vec::new();
+    for (table, policy, command, using, check) in &policies {
+        let scoped = [using, check].iter().all(|c| c.as_deref().is_none_or(|c| c == one_organisation))
+            && (using.is_some() || check.is_some());
+        if !scoped {
+            sweeps.push(format!("{table}.{policy} ({command})"));
+        }
+    }
+    sweeps.sort();
+    assert_eq!(
+        sweeps,
+        [format!("{REGISTRY}.relay_reads_every_id (SELECT)"), format!("{REGISTRY}.relay_stamps_sweeps (UPDATE)")],
+        "policies that let a statement see more than one organisation"
+    );
+    let registry_columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position",
+    )
+    .bind(REGISTRY)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    for column in &registry_columns {
+        assert!(
+            column == "organization_id" || column.ends_with("_at"),
+            "{REGISTRY}.{column}: more than ids and stamps"
+        );
+    }
+    let definers: Vec<String> = sqlx::query_scalar(
+        "SELECT proname::text FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND prosecdef",
+    )
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert!(definers.is_empty(), "functions that bypass the policies: {definers:?}");
+
+    // The statements (comments aside): only the outbox module (the relay and the sweeps' turns) names the registry.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut naming = Vec::new();
+    for dir in ["shared/src", "functions", "tools/src"] {
+        for file in rust_files(&root.join(dir)) {
+            let source = std::fs::read_to_string(&file).unwrap();
+            if source.lines().any(|line| line.contains(REGISTRY) && !line.trim_start().starts_with("//")) {
+                naming.push(file.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert_eq!(naming, ["shared/src/store/outbox.rs"], "statements naming {REGISTRY}");
+}
+
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

@@ -131,12 +131,14 @@ async fn a_memory_of_the_date_the_question_names_outranks_a_newer_one(opts: PgPo
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let at = |month, day| -> DateTime<Utc> { Utc.with_ymd_and_hms(2024, month, day, 10, 0, 0).unwrap() };
-    let of_the_day = memory(org, "we decided to adopt zephyr")
+    // Two decisions of the same words and length (one would be returned once if they said the same), so only the
+    // dates tell them apart.
+    let of_the_day = memory(org, "we decided to adopt zephyr for billing")
         .embedding(vector_with_similarity(0.8, 3))
         .created_at(at(5, 3))
         .insert(&db)
         .await;
-    let newer = memory(org, "we decided to adopt zephyr")
+    let newer = memory(org, "we decided to adopt zephyr for search")
         .embedding(vector_with_similarity(0.8, 4))
         .created_at(at(8, 1))
         .insert(&db)
@@ -216,4 +218,46 @@ async fn a_question_about_one_fact_gets_the_fact_and_the_profile_once_beside_it(
     assert!(!result.memories.iter().any(|m| m.memory.memory_type == MemoryType::EntityProfile), "{result:?}");
     assert_eq!(result.memories.last().map(|m| m.memory.id), Some(fact.id), "the fact, most relevant (last)");
     assert_eq!(result.entity_profiles.len(), 1, "the entity's profile once");
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn near_identical_memories_are_returned_once_in_every_mode_and_search(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{
+        embed::Embedder,
+        retrieval::{SearchRequest, Strategy},
+    };
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let embedder = integration_tests::minilm();
+    let texts = [
+        "The staging database is restored from the nightly snapshot every Monday morning",
+        "the staging database is restored from the nightly snapshot every Monday morning.",
+        "The staging database is restored from the nightly snapshot on every Monday morning",
+        "The staging database is not restored from the nightly snapshot every Monday morning",
+        "The production database is restored from the hourly snapshot when a deploy fails",
+    ];
+    let mut stored = Vec::new();
+    for text in texts {
+        stored.push(memory(org, text).embedding(embedder.embed_one(text).await.unwrap()).insert(&db).await);
+    }
+    let retriever = shipped_retriever(&db, embedder.clone());
+    let query = "when is the staging database restored from the snapshot";
+    // Of the three saying the same, one; the negation and the other database are other facts.
+    let expect_distinct = |found: Vec<Uuid>, how: &str| {
+        let repeats = stored[..3].iter().filter(|m| found.contains(&m.id)).count();
+        assert_eq!(repeats, 1, "{how}: {found:?}");
+        assert!(found.contains(&stored[3].id) && found.contains(&stored[4].id), "{how}: {found:?}");
+        assert_eq!(found.len(), 3, "{how}: {found:?}");
+    };
+    for mode in [RetrievalMode::Passive, RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        expect_distinct(ids(&result), &format!("{mode:?}"));
+    }
+    for strategy in [Strategy::Vector, Strategy::Keyword, Strategy::Hybrid] {
+        let hits = retriever.search(SearchRequest::new(org, strategy, query)).await.unwrap().hits;
+        expect_distinct(hits.iter().map(|h| h.memory.id).collect(), &format!("{strategy:?}"));
+    }
 }

@@ -1,7 +1,16 @@
-//! No span of a file twice: of results anchored in overlapping (nested or intersecting) line ranges of the same
-//! file of the same project, only the best ranked is kept.
+//! No content twice. Of results anchored in overlapping (nested or intersecting) line ranges of the same file of the
+//! same project, and of results saying nearly the same words, only the best ranked is kept. Code is told apart by
+//! its span alone: two functions of one family read nearly alike and are still two functions.
+
+use std::collections::HashSet;
 
 use crate::domain::Memory;
+
+/// The share of their distinct words two memories must have in common (Jaccard) to count as one.
+pub const NEAR_IDENTICAL: f64 = 0.9;
+/// The share of neighbouring-word pairs they must have in common too: words reordered ("moved to Berlin from
+/// Paris", "moved to Paris from Berlin") say something else.
+pub const IN_ORDER: f64 = 0.6;
 
 /// Whether two memories are anchored in overlapping lines of one file.
 pub fn overlapping(a: &Memory, b: &Memory) -> bool {
@@ -13,15 +22,63 @@ pub fn overlapping(a: &Memory, b: &Memory) -> bool {
         && y.start_line <= x.end_line
 }
 
-/// The items, best first, without any whose span overlaps a better one's.
-pub fn distinct_spans<T>(ranked: impl IntoIterator<Item = T>, memory: impl Fn(&T) -> &Memory) -> Vec<T> {
-    let mut kept: Vec<T> = Vec::new();
+/// What a memory says, for telling near-identical memories apart: its distinct words, lower-cased (letters and
+/// digits; punctuation and case tell nothing apart), and its distinct pairs of neighbouring words (order).
+struct Said {
+    words: HashSet<String>,
+    pairs: HashSet<(String, String)>,
+}
+
+/// Words whose presence in one memory and absence in the other changes what it says.
+const NEGATIONS: [&str; 7] = ["not", "no", "never", "none", "nor", "without", "t"];
+
+impl Said {
+    fn of(memory: &Memory) -> Self {
+        let sequence: Vec<String> = memory
+            .content
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let pairs = sequence.windows(2).map(|w| (w[0].clone(), w[1].clone())).collect();
+        Self { words: sequence.into_iter().collect(), pairs }
+    }
+
+    /// The same words but for at most a tenth of them, mostly in the same order, and no number or negation that
+    /// only one of them has.
+    fn nearly_repeats(&self, other: &Self) -> bool {
+        let changes_meaning = |w: &String| w.chars().any(|c| c.is_ascii_digit()) || NEGATIONS.contains(&w.as_str());
+        jaccard(&self.words, &other.words) >= NEAR_IDENTICAL
+            && jaccard(&self.pairs, &other.pairs) >= IN_ORDER
+            && !self.words.symmetric_difference(&other.words).any(changes_meaning)
+    }
+}
+
+fn jaccard<T: Eq + std::hash::Hash>(a: &HashSet<T>, b: &HashSet<T>) -> f64 {
+    let shared = a.intersection(b).count();
+    let union = a.len() + b.len() - shared;
+    if union == 0 { 1.0 } else { shared as f64 / union as f64 }
+}
+
+/// The first `limit` items, best first, without any whose span overlaps a better one's or whose words nearly
+/// repeat a better one's.
+pub fn distinct<T>(ranked: impl IntoIterator<Item = T>, memory: impl Fn(&T) -> &Memory, limit: usize) -> Vec<T> {
+    let mut kept: Vec<(T, Said)> = Vec::new();
     for item in ranked {
-        if !kept.iter().any(|k| overlapping(memory(k), memory(&item))) {
-            kept.push(item);
+        if kept.len() == limit {
+            break;
+        }
+        let m = memory(&item);
+        let said = Said::of(m);
+        let repeats = |k: &Memory, s: &Said| match (&k.anchor, &m.anchor) {
+            (None, None) => s.nearly_repeats(&said),
+            _ => overlapping(k, m),
+        };
+        if !kept.iter().any(|(k, s)| repeats(memory(k), s)) {
+            kept.push((item, said));
         }
     }
-    kept
+    kept.into_iter().map(|(item, _)| item).collect()
 }
 
 #[cfg(test)]
@@ -30,10 +87,14 @@ mod tests {
     use crate::domain::Anchor;
 
     fn anchored(path: &str, lines: (u32, u32)) -> Memory {
-        let mut m = Memory::test_fixture();
+        let mut m = said(&format!("fn at {path} lines {lines:?}"));
         m.file_path = Some(path.into());
         m.anchor = Some(Anchor { symbol: format!("{lines:?}"), hash: None, start_line: lines.0, end_line: lines.1 });
         m
+    }
+
+    fn said(content: &str) -> Memory {
+        Memory { content: content.into(), ..Memory::test_fixture() }
     }
 
     #[test]
@@ -44,10 +105,10 @@ mod tests {
             anchored("a.rs", (20, 30)), // shares line 20
             anchored("a.rs", (21, 30)),
             anchored("b.rs", (10, 20)),
-            Memory::test_fixture(),
-            Memory::test_fixture(),
+            said("The deploy fails when the cache is cold."),
+            said("The deploy fails when the cache is cold"),
         ];
-        let kept = distinct_spans(ranked, |m| m);
+        let kept = distinct(ranked, |m| m, 10);
         let spans: Vec<_> =
             kept.iter().map(|m| (m.file_path.clone(), m.anchor.as_ref().map(|a| a.start_line))).collect();
         assert_eq!(
@@ -57,8 +118,25 @@ mod tests {
                 (Some("a.rs".into()), Some(21)),
                 (Some("b.rs".into()), Some(10)),
                 (None, None),
-                (None, None)
             ]
         );
+    }
+
+    #[test]
+    fn memories_saying_nearly_the_same_words_are_returned_once_and_others_kept() {
+        let ranked = [
+            "Error E4021 from auth-service means the refresh token expired.",
+            "error E4021 from auth-service means the refresh token has expired",
+            "Error E4022 from auth-service means the access token was revoked.",
+            "Error E4021 from billing means the card expired.",
+            "Error E4021 from auth-service means the refresh token expired!",
+            "Error E4021 from auth-service does not mean the refresh token expired.",
+            "Error E4021 from auth-service means the token refresh expired.",
+            "Error E4021 from auth-service means the refresh token expired after 30 days.",
+        ];
+        let kept = distinct(ranked.map(said), |m| m, 10);
+        let contents: Vec<&str> = kept.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(contents, [ranked[0], ranked[2], ranked[3], ranked[5], ranked[6], ranked[7]]);
+        assert_eq!(distinct(ranked.map(said), |m| m, 2).len(), 2);
     }
 }

@@ -104,9 +104,8 @@ pub fn rank(
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
-    super::distinct::distinct_spans(scored, |(_, c)| &c.memory)
+    super::distinct::distinct(scored, |(_, c)| &c.memory, max_results)
         .into_iter()
-        .take(max_results)
         .map(|(score, c)| RankedMemory {
             untrusted: c.memory.provenance.trust_level == TrustLevel::Untrusted,
             stale: c.memory.is_stale(),

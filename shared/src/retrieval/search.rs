@@ -68,8 +68,7 @@ impl Retriever {
             let mut hits: Vec<SearchHit> =
                 set.candidates.into_iter().map(|c| scored(c, request.fusion, request.vector_weight)).collect();
             sort(&mut hits);
-            let mut hits = super::distinct::distinct_spans(hits, |h| &h.memory);
-            hits.truncate(request.max_results);
+            let mut hits = super::distinct::distinct(hits, |h| &h.memory, request.max_results);
             if request.include_graph || request.strategy == Strategy::Graph {
                 self.expand_graph(&scope, &request, query_vector.as_ref(), &mut hits, &mut degraded).await;
             }

@@ -137,7 +137,13 @@ fn main() -> anyhow::Result<()> {
                 continue;
             }
             let context = (!args.no_context).then_some(&chunk.context);
-            writeln!(corpus, "{}", json!({"_id": id, "text": body, "metadata": {"context": context}}))?;
+            let anchor = json!({"path": path, "symbol": chunk.symbol, "start_line": chunk.start_line,
+                                "end_line": chunk.end_line});
+            writeln!(
+                corpus,
+                "{}",
+                json!({"_id": id, "text": body, "metadata": {"context": context, "anchor": anchor}})
+            )?;
             documents += 1;
         }
     }

@@ -34,9 +34,9 @@ use uuid::Uuid;
 #[derive(Parser)]
 #[command(name = "memory-eval", about = "Retrieval quality of the memory service on a BEIR-layout dataset")]
 struct Args {
-    /// Directory with corpus.jsonl, queries.jsonl and qrels/test.tsv.
-    #[arg(long)]
-    dataset: PathBuf,
+    /// Directory with corpus.jsonl, queries.jsonl and qrels/test.tsv; repeat it for several sets, evaluated in turn.
+    #[arg(long, required = true)]
+    dataset: Vec<PathBuf>,
     /// Comma-separated: vector, keyword, hybrid (RRF), hybrid-weighted-<w> (the weighted blend, vector weight w),
     /// pipeline (the configured Stage 4 formula, agent_query), pipeline-spec, pipeline-relevance, pipeline-passive
     /// (passive injection).
@@ -45,10 +45,13 @@ struct Args {
     /// Depth of each ranking (at most 100).
     #[arg(long, default_value_t = 50)]
     k: usize,
-    /// Write the metrics as JSON.
+    /// Write the metrics as JSON (one object per dataset).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write one TREC run file per strategy (<strategy>.trec).
+    /// Write the summary table (Markdown): per dataset, the best of vector, keyword and hybrid beside the modes.
+    #[arg(long)]
+    summary: Option<PathBuf>,
+    /// Write one TREC run file per dataset and strategy (<dataset>/<strategy>.trec).
     #[arg(long)]
     run_dir: Option<PathBuf>,
     /// Where document embeddings are cached by content hash.
@@ -92,6 +95,16 @@ struct Metadata {
     asked_at: Option<DateTime<Utc>>,
     /// A document's context (indexed and embedded with it, never returned).
     context: Option<String>,
+    /// Where a chunk of code is: the document becomes a file-backed memory of its group's project, anchored there.
+    anchor: Option<DocAnchor>,
+}
+
+#[derive(Deserialize)]
+struct DocAnchor {
+    path: String,
+    symbol: String,
+    start_line: u32,
+    end_line: u32,
 }
 
 fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
@@ -125,6 +138,11 @@ fn parse_days(text: &str) -> Result<chrono::Duration, String> {
 
 fn organization_of(group: Option<&str>) -> Uuid {
     Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}", group.unwrap_or("default")).as_bytes())
+}
+
+/// The project a group's file-backed memories belong to; every query names it.
+fn project_of(group: Option<&str>) -> Uuid {
+    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}/project", group.unwrap_or("default")).as_bytes())
 }
 
 /// The model with document embeddings cached on disk (records of sha256(text) followed by the vector), so a
@@ -194,31 +212,168 @@ impl Embedder for DiskCachedEmbedder {
     }
 }
 
-/// One dataset document as an extraction service would hand it over: an organisation-wide semantic memory.
+/// One dataset document as an extraction service would hand it over: an organisation-wide semantic memory, or a
+/// chunk of code anchored in its file, as `memory-admin import-repo` stores it.
 fn as_memory(doc: &RawDoc) -> IngestMemory {
     let content = if doc.title.is_empty() { doc.text.clone() } else { format!("{} {}", doc.title, doc.text) };
-    serde_json::from_value(json!({
+    let mut memory = json!({
         "content": content,
         "memory_type": "semantic",
         "scope": "org",
         "created_at": doc.metadata.created_at,
         "context": doc.metadata.context,
         "provenance": {"source_kind": "run", "source_ref": doc.id, "trust_level": "unverified"},
-    }))
-    .expect("a well-formed memory")
+    });
+    if let Some(anchor) = &doc.metadata.anchor {
+        memory["scope"] = json!("project");
+        memory["project_id"] = json!(project_of(doc.metadata.group.as_deref()));
+        memory["file_path"] = json!(anchor.path);
+        memory["anchor"] =
+            json!({"symbol": anchor.symbol, "start_line": anchor.start_line, "end_line": anchor.end_line});
+    }
+    serde_json::from_value(memory).expect("a well-formed memory")
+}
+
+/// What one strategy reached on one dataset, averaged over its judged queries.
+#[derive(Clone, Copy, Default)]
+struct Metrics {
+    ndcg10: f64,
+    recall: [f64; 5],
+    mrr10: f64,
+}
+
+/// The depths Recall is reported at.
+const RECALL_DEPTHS: [usize; 5] = [1, 5, 10, 25, 50];
+
+impl Metrics {
+    fn of(ranked: &[String], relevant: &HashMap<String, i32>) -> Self {
+        Self {
+            ndcg10: stats::ndcg_at(ranked, relevant, 10),
+            recall: RECALL_DEPTHS.map(|k| stats::recall_at(ranked, relevant, k)),
+            mrr10: stats::mrr_at(ranked, relevant, 10),
+        }
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.ndcg10 += other.ndcg10;
+        self.recall.iter_mut().zip(other.recall).for_each(|(s, v)| *s += v);
+        self.mrr10 += other.mrr10;
+    }
+
+    fn divided(mut self, n: f64) -> Self {
+        self.ndcg10 /= n;
+        self.recall.iter_mut().for_each(|s| *s /= n);
+        self.mrr10 /= n;
+        self
+    }
+
+    fn recall10(&self) -> f64 {
+        self.recall[2]
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut out = json!({"ndcg@10": self.ndcg10, "mrr@10": self.mrr10});
+        for (k, r) in RECALL_DEPTHS.iter().zip(self.recall) {
+            out[format!("recall@{k}")] = json!(r);
+        }
+        out
+    }
+}
+
+/// One dataset's results, strategies in the order run.
+struct Evaluated {
+    name: String,
+    path: PathBuf,
+    documents: usize,
+    queries: usize,
+    strategies: Vec<(String, Metrics)>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.k >= 10 && args.k <= 100, "--k must be between 10 and 100");
-    let docs: Vec<RawDoc> = read_jsonl(&args.dataset.join("corpus.jsonl"))?;
+    let model = Arc::new(MiniLm::new(&args.model_dir)?);
+    let mut evaluated = Vec::new();
+    for dataset in &args.dataset {
+        evaluated.push(evaluate(&args, dataset, &model).await?);
+    }
+    if let Some(path) = &args.json {
+        let sets: Vec<_> = evaluated
+            .iter()
+            .map(|e| {
+                let strategies: serde_json::Map<_, _> =
+                    e.strategies.iter().map(|(name, m)| (name.clone(), m.json())).collect();
+                json!({"dataset": e.path, "name": e.name, "documents": e.documents, "queries": e.queries,
+                       "k": args.k, "strategies": strategies})
+            })
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&sets)?)?;
+    }
+    let table = summary(&evaluated);
+    if evaluated.len() > 1 {
+        println!("\n{table}");
+    }
+    if let Some(path) = &args.summary {
+        std::fs::write(path, table)?;
+    }
+    Ok(())
+}
+
+/// The branches the modes are held against.
+const BRANCHES: [&str; 3] = ["vector", "keyword", "hybrid"];
+
+/// A Markdown table: per dataset, nDCG@10 and Recall@10 of the best branch (vector, keyword or hybrid, whichever
+/// is best on that metric) and of each mode run, with the mode's margin over that branch.
+fn summary(evaluated: &[Evaluated]) -> String {
+    let mut out = String::from(
+        "| set | documents | queries | best branch nDCG@10 | best branch R@10 | mode | nDCG@10 (margin) | R@10 (margin) |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for e in evaluated {
+        let best = |metric: fn(&Metrics) -> f64| {
+            e.strategies
+                .iter()
+                .filter(|(name, _)| BRANCHES.contains(&name.as_str()))
+                .map(|(name, m)| (metric(m), name.as_str()))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        let (Some(ndcg), Some(recall)) = (best(|m| m.ndcg10), best(|m| m.recall10())) else { continue };
+        for (mode, m) in e.strategies.iter().filter(|(name, _)| name.starts_with("pipeline")) {
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.4} ({}) | {:.4} ({}) | {mode} | {:.4} ({:+.4}) | {:.4} ({:+.4}) |\n",
+                e.name,
+                e.documents,
+                e.queries,
+                ndcg.0,
+                ndcg.1,
+                recall.0,
+                recall.1,
+                m.ndcg10,
+                m.ndcg10 - ndcg.0,
+                m.recall10(),
+                m.recall10() - recall.0,
+            ));
+        }
+    }
+    out
+}
+
+/// The dataset's name: its directory's, without a `-beir` suffix.
+fn name_of(dataset: &Path) -> String {
+    let base = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    base(dataset).trim_end_matches("-beir").to_string()
+}
+
+async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::Result<Evaluated> {
+    let name = name_of(dataset);
+    let docs: Vec<RawDoc> = read_jsonl(&dataset.join("corpus.jsonl"))?;
     let queries: HashMap<String, RawQuery> =
-        read_jsonl::<RawQuery>(&args.dataset.join("queries.jsonl"))?.into_iter().map(|q| (q.id.clone(), q)).collect();
-    let qrels = read_qrels(&args.dataset.join("qrels/test.tsv"))?;
+        read_jsonl::<RawQuery>(&dataset.join("queries.jsonl"))?.into_iter().map(|q| (q.id.clone(), q)).collect();
+    let qrels = read_qrels(&dataset.join("qrels/test.tsv"))?;
     let has_time = docs.iter().any(|d| d.metadata.created_at.is_some());
     eprintln!(
-        "{} documents, {} judged queries; recency {}",
+        "{name}: {} documents, {} judged queries; recency {}",
         docs.len(),
         qrels.len(),
         if has_time { "on" } else { "off (no timestamps)" }
@@ -232,7 +387,6 @@ async fn main() -> anyhow::Result<()> {
             .execute(&db.admin)
             .await?;
     }
-    let model = Arc::new(MiniLm::new(&args.model_dir)?);
     let cached = Arc::new(DiskCachedEmbedder::open(model.clone(), &args.cache_dir)?);
     let ingestor = Ingestor::new(db.admin.clone(), cached);
     let mut doc_of: HashMap<Uuid, String> = HashMap::new();
@@ -264,7 +418,7 @@ async fn main() -> anyhow::Result<()> {
     if !has_time {
         config.weights.recency = 0.0;
     }
-    let embedder: Arc<dyn Embedder> = model;
+    let embedder: Arc<dyn Embedder> = model.clone();
     let with_formula = |formula: Option<RankingFormula>| {
         let mut config = config.clone();
         if let Some(formula) = formula {
@@ -282,18 +436,26 @@ async fn main() -> anyhow::Result<()> {
     .collect();
     let retriever = &retrievers["pipeline"];
 
-    if let Some(dir) = &args.run_dir {
+    let run_dir = args.run_dir.as_ref().map(|dir| dir.join(&name));
+    if let Some(dir) = &run_dir {
         std::fs::create_dir_all(dir)?;
     }
-    let mut report = serde_json::Map::new();
     println!(
-        "{:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "strategy", "nDCG@10", "R@1", "R@5", "R@10", "R@25", "R@50", "MRR@10"
+        "{:<18} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        format!("{name}"),
+        "nDCG@10",
+        "R@1",
+        "R@5",
+        "R@10",
+        "R@25",
+        "R@50",
+        "MRR@10"
     );
+    let mut strategies = Vec::new();
     for strategy in &args.strategies {
         let started = Instant::now();
         let mut run = String::new();
-        let mut sums = [0.0f64; 7];
+        let mut sums = Metrics::default();
         for (qid, relevant) in &qrels {
             let query = queries.get(qid).with_context(|| format!("query {qid} is judged but not in queries.jsonl"))?;
             let chosen = retrievers.get(strategy.as_str()).unwrap_or(retriever);
@@ -302,45 +464,26 @@ async fn main() -> anyhow::Result<()> {
             for (rank, doc) in ranked.iter().enumerate() {
                 run.push_str(&format!("{qid} Q0 {doc} {} {} {strategy}\n", rank + 1, (args.k - rank) as f64));
             }
-            let m = [
-                stats::ndcg_at(&ranked, relevant, 10),
-                stats::recall_at(&ranked, relevant, 1),
-                stats::recall_at(&ranked, relevant, 5),
-                stats::recall_at(&ranked, relevant, 10),
-                stats::recall_at(&ranked, relevant, 25),
-                stats::recall_at(&ranked, relevant, 50),
-                stats::mrr_at(&ranked, relevant, 10),
-            ];
-            sums.iter_mut().zip(m).for_each(|(s, v)| *s += v);
+            sums.add(&Metrics::of(&ranked, relevant));
         }
-        let n = qrels.len() as f64;
-        let means: Vec<f64> = sums.iter().map(|s| s / n).collect();
+        let m = sums.divided(qrels.len() as f64);
         println!(
-            "{strategy:<10} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4}   ({:.1?})",
-            means[0],
-            means[1],
-            means[2],
-            means[3],
-            means[4],
-            means[5],
-            means[6],
+            "{strategy:<18} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4} {:>8.4}   ({:.1?})",
+            m.ndcg10,
+            m.recall[0],
+            m.recall[1],
+            m.recall[2],
+            m.recall[3],
+            m.recall[4],
+            m.mrr10,
             started.elapsed()
         );
-        report.insert(
-            strategy.clone(),
-            json!({"ndcg@10": means[0], "recall@1": means[1], "recall@5": means[2], "recall@10": means[3],
-                   "recall@25": means[4], "recall@50": means[5], "mrr@10": means[6]}),
-        );
-        if let Some(dir) = &args.run_dir {
+        if let Some(dir) = &run_dir {
             std::fs::write(dir.join(format!("{strategy}.trec")), run)?;
         }
+        strategies.push((strategy.clone(), m));
     }
-    if let Some(path) = &args.json {
-        let out = json!({"dataset": args.dataset, "documents": docs.len(), "queries": qrels.len(), "k": args.k,
-                         "strategies": report});
-        std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
-    }
-    Ok(())
+    Ok(Evaluated { name, path: dataset.to_path_buf(), documents: docs.len(), queries: qrels.len(), strategies })
 }
 
 /// The top k memory ids (best first) with their scores.
@@ -352,13 +495,16 @@ async fn run_query(
     offset: Option<chrono::Duration>,
 ) -> anyhow::Result<Vec<(Uuid, f64)>> {
     let org = organization_of(query.metadata.group.as_deref());
+    let project = project_of(query.metadata.group.as_deref());
     if strategy.starts_with("pipeline") {
         // `pipeline-passive`: passive injection before the next turn (one session per query, its first turn).
         let passive = strategy == "pipeline-passive";
         let mode = if passive { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
         let mut request = RetrievalRequest::new(org, mode, query.text.clone());
+        request.project_id = Some(project);
         if passive {
-            request.session = Some(memory_core::retrieval::SessionTurn { session_id: query.id.clone(), turn: 1 });
+            request.session =
+                Some(memory_core::retrieval::SessionTurn { session_id: format!("{strategy}/{}", query.id), turn: 1 });
         }
         request.max_results = k;
         request.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
@@ -380,7 +526,7 @@ async fn run_query(
     let request = SearchRequest {
         organization_id: org,
         agent_id: None,
-        project_id: None,
+        project_id: Some(project),
         task_id: None,
         query: query.text.clone(),
         strategy,
