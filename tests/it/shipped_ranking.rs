@@ -261,3 +261,25 @@ async fn near_identical_memories_are_returned_once_in_every_mode_and_search(
         expect_distinct(hits.iter().map(|h| h.memory.id).collect(), &format!("{strategy:?}"));
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_passive_query_weighs_the_conversations_latest_turns(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // A conversation longer than its latest turns: the opening (49 words) and the turn being answered.
+    let latest = "Bob: and the hotel?";
+    let conversation = format!("Ann: {}\n{latest}", "we drove all night ".repeat(12).trim_end());
+    let embedder = FixedEmbedder::default().with(&conversation, axis(0)).with(latest, axis(1));
+    let (both, old_turns) = (vector_with_similarity(std::f32::consts::FRAC_1_SQRT_2, 1), axis(0));
+    let of_the_opening = memory(org, "alpha note").embedding(old_turns).insert(&db).await;
+    let of_both = memory(org, "bravo note").embedding(both).insert(&db).await;
+    memory(org, "charlie note").embedding(axis(1)).insert(&db).await;
+    let retriever = shipped_retriever(&db, Arc::new(embedder));
+
+    // Passive: the conversation and its latest turn count alike, so the memory of both comes last (first).
+    let result = retriever.query(request(org, RetrievalMode::Passive, &conversation)).await.unwrap();
+    assert_eq!(result.memories.last().map(|m| m.memory.id), Some(of_both.id), "{:?}", ids(&result));
+    // An agent's query is the question as asked: the whole text alone.
+    let result = retriever.query(request(org, RetrievalMode::AgentQuery, &conversation)).await.unwrap();
+    assert_eq!(result.memories.last().map(|m| m.memory.id), Some(of_the_opening.id), "{:?}", ids(&result));
+}
