@@ -290,6 +290,7 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         rows: 5,
         extras: CandidateExtras::NONE,
         bm25,
+        postings_per_term: store::branches::POSTINGS_PER_TERM,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
     let rows = store::branches::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
