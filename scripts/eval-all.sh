@@ -23,7 +23,7 @@ code_source() {
     case "$1" in
         chrono) ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/chrono-0.4.*/src 2>/dev/null | sort -V | tail -1 ;;
         jinja2) ls -d "$ROOT"/.local/venv/lib/python3*/site-packages/jinja2 2>/dev/null | tail -1 ;;
-    esac
+    esac || true
 }
 
 datasets=()

@@ -131,8 +131,8 @@ async fn a_memory_of_the_date_the_question_names_outranks_a_newer_one(opts: PgPo
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let at = |month, day| -> DateTime<Utc> { Utc.with_ymd_and_hms(2024, month, day, 10, 0, 0).unwrap() };
-    // Two decisions of the same words and length (one would be returned once if they said the same), so only the
-    // dates tell them apart.
+    // Two decisions of the same length and words but one (one would be returned once if they said the same), so
+    // only the dates tell them apart.
     let of_the_day = memory(org, "we decided to adopt zephyr for billing")
         .embedding(vector_with_similarity(0.8, 3))
         .created_at(at(5, 3))

@@ -289,10 +289,11 @@ impl Retriever {
         if recent.len() == text.trim_end().len() {
             return Some(whole);
         }
-        let Some(latest) = self.embed_query(organization_id, recent, degraded).await else { return Some(whole) };
-        let sum: Vec<f32> = whole.as_slice().iter().zip(latest.as_slice()).map(|(a, b)| a + b).collect();
-        let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
-        Some(pgvector::Vector::from(sum.into_iter().map(|x| x / norm.max(f32::MIN_POSITIVE)).collect::<Vec<_>>()))
+        // Without the latest turns' vector the whole conversation's serves alone: the vector branch still runs.
+        let Some(latest) = self.embed_query(organization_id, recent, &mut Vec::new()).await else { return Some(whole) };
+        let mut sum: Vec<f32> = whole.as_slice().iter().zip(latest.as_slice()).map(|(a, b)| a + b).collect();
+        crate::embed::normalize(&mut sum);
+        Some(pgvector::Vector::from(sum))
     }
 
     /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one round

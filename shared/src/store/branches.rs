@@ -107,7 +107,7 @@ impl Default for Bm25 {
 
 /// Postings the keyword branch's first pass reads per query term unless configured (`MEMORY_KEYWORD_POSTINGS`).
 /// At the 1M benchmark's largest tenant (100k memories) its top 10 agree with exact BM25 on 0.600; 8,000 reach 0.995
-/// for about 4 ms more keyword p95 (docs/benchmarks.md).
+/// for about 4 ms more keyword p95 (docs/benchmarks.md#the-keyword-branch-at-1m-memories).
 pub const POSTINGS_PER_TERM: usize = 2_000;
 
 /// How much work one pass of the keyword branch may do.
@@ -122,7 +122,7 @@ struct KeywordBounds {
 
 impl KeywordBounds {
     const EXACT: Self = Self { postings_per_term: None, ranked_before_filter: None };
-    /// Bounds of the first pass. 2,000 postings per term is a few hundred microseconds of index-only scan.
+    /// Bounds of the first pass. 2,000 postings of a term are a few hundred microseconds of index-only scan.
     fn bounded(rows: usize, postings_per_term: usize) -> Self {
         Self { postings_per_term: Some(postings_per_term as i64), ranked_before_filter: Some(4 * rows as i64) }
     }
