@@ -283,3 +283,28 @@ async fn a_passive_query_weighs_the_conversations_latest_turns(opts: PgPoolOptio
     let result = retriever.query(request(org, RetrievalMode::AgentQuery, &conversation)).await.unwrap();
     assert_eq!(result.memories.last().map(|m| m.memory.id), Some(of_the_opening.id), "{:?}", ids(&result));
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_paraphrase_standing_out_among_neighbours_outranks_matches_of_a_common_word(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // Twelve memories share the query's one common word and lie far from it; one says what the query asks in
+    // other words and lies close.
+    for i in 0..12 {
+        let text = format!("the billing service note number {}", ["one", "two", "three", "four"][i % 4]);
+        let text = format!("{text} {}", "again ".repeat(i / 4).trim_end());
+        memory(org, &text).embedding(vector_with_similarity(0.30 + 0.01 * i as f32, 10 + i)).insert(&db).await;
+    }
+    let paraphrase =
+        memory(org, "payments went down on Tuesday").embedding(vector_with_similarity(0.95, 40)).insert(&db).await;
+    let query = "service outage";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Passive, RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        assert_eq!(result.memories.last().map(|m| m.memory.id), Some(paraphrase.id), "{mode:?}: {:?}", ids(&result));
+    }
+}
