@@ -98,6 +98,13 @@ impl Spread {
 pub struct VectorLed {
     cosine: Spread,
     bm25: Spread,
+    /// The cosine's share: how far the vector branch's best stands out, of both branches' together.
+    vector_weight: f64,
+}
+
+/// The BM25 score a keyword score (BM25 / (1 + BM25)) was made from.
+fn bm25_of(keyword_score: f64) -> f64 {
+    keyword_score / (1.0 - keyword_score)
 }
 
 impl VectorLed {
@@ -109,15 +116,15 @@ impl VectorLed {
             return None;
         }
         let (cosine, bm25) = (Spread::of(cosines)?, Spread::of(bm25)?);
-        (cosine.standing > VECTOR_LEADS * bm25.standing).then_some(Self { cosine, bm25 })
+        let vector_weight = cosine.standing / (cosine.standing + bm25.standing);
+        (cosine.standing > VECTOR_LEADS * bm25.standing).then_some(Self { cosine, bm25, vector_weight })
     }
 
     /// A candidate's relevance in [0, 1] from its cosine and its keyword score (BM25 / (1 + BM25)), if matched.
     pub fn relevance(&self, cosine: Option<f64>, keyword_score: Option<f64>) -> f64 {
-        let vector_weight = self.cosine.standing / (self.cosine.standing + self.bm25.standing);
         let cosine = cosine.map(|c| self.cosine.scaled(c));
-        let keyword = keyword_score.map(|s| self.bm25.scaled(s / (1.0 - s)));
-        weighted(cosine, keyword, vector_weight)
+        let keyword = keyword_score.map(|s| self.bm25.scaled(bm25_of(s)));
+        weighted(cosine, keyword, self.vector_weight)
     }
 }
 
@@ -149,12 +156,8 @@ pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, kep
         by_id.values().filter(|c| c.keyword_rank.is_some()).filter_map(|c| c.keyword_score).fold(0.0, f64::max);
     let embedded = by_id.values().any(|c| c.cosine_sim.is_some());
     let cosines: Vec<f64> = by_id.values().filter(|c| c.vector_rank.is_some()).filter_map(|c| c.cosine_sim).collect();
-    let bm25: Vec<f64> = by_id
-        .values()
-        .filter(|c| c.keyword_rank.is_some())
-        .filter_map(|c| c.keyword_score)
-        .map(|s| s / (1.0 - s))
-        .collect();
+    let bm25: Vec<f64> =
+        by_id.values().filter(|c| c.keyword_rank.is_some()).filter_map(|c| c.keyword_score).map(bm25_of).collect();
     let vector_led = VectorLed::of(&cosines, &bm25);
     let mut candidates: Vec<Candidate> = by_id
         .into_values()

@@ -285,12 +285,18 @@ impl Retriever {
         degraded: &mut Vec<String>,
     ) -> Option<pgvector::Vector> {
         let recent = recent_turns(text, RECENT_TURN_WORDS);
-        let whole = self.embed_query(organization_id, text, degraded).await?;
         if recent.len() == text.trim_end().len() {
-            return Some(whole);
+            return self.embed_query(organization_id, text, degraded).await;
         }
-        // Without the latest turns' vector the whole conversation's serves alone: the vector branch still runs.
-        let Some(latest) = self.embed_query(organization_id, recent, &mut Vec::new()).await else { return Some(whole) };
+        // Both at once (one model session each); without the latest turns' vector the whole conversation's serves
+        // alone: the vector branch still runs.
+        let mut unused_reasons = Vec::new();
+        let (whole, latest) = tokio::join!(
+            self.embed_query(organization_id, text, degraded),
+            self.embed_query(organization_id, recent, &mut unused_reasons)
+        );
+        let whole = whole?;
+        let Some(latest) = latest else { return Some(whole) };
         let mut sum: Vec<f32> = whole.as_slice().iter().zip(latest.as_slice()).map(|(a, b)| a + b).collect();
         crate::embed::normalize(&mut sum);
         Some(pgvector::Vector::from(sum))
