@@ -308,3 +308,33 @@ async fn a_paraphrase_standing_out_among_neighbours_outranks_matches_of_a_common
         assert_eq!(result.memories.last().map(|m| m.memory.id), Some(paraphrase.id), "{mode:?}: {:?}", ids(&result));
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_question_nothing_lies_close_to_is_not_decided_by_a_word_a_distant_memory_shares(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // Twelve memories share the query's one common word, the shortest (the best keyword match) farthest from the
+    // query; the memory that answers shares no word and is the nearest, yet distant (as prose asking about code
+    // is from the code), standing out less than twice as far as the best keyword match does.
+    let fillers =
+        ["amber", "birch", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper", "kelp"];
+    for i in 0..12 {
+        let text = format!("the service note {}", fillers[..i].join(" "));
+        memory(org, text.trim_end())
+            .embedding(vector_with_similarity(0.30 + 0.01 * i as f32, 10 + i))
+            .insert(&db)
+            .await;
+    }
+    let answer =
+        memory(org, "payments went down on Tuesday").embedding(vector_with_similarity(0.50, 40)).insert(&db).await;
+    let query = "service outage";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Passive, RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        assert_eq!(result.memories.last().map(|m| m.memory.id), Some(answer.id), "{mode:?}: {:?}", ids(&result));
+    }
+}

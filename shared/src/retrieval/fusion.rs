@@ -56,10 +56,16 @@ pub fn relevance(evidence: Evidence, cosine: Option<f64>, keyword_relative: Opti
 }
 
 /// How many times as far as the keyword branch's best match stands above its rows the vector branch's nearest
-/// neighbour must stand above its own for the query to be led by the vector branch ([`VectorLed`]). Across the
+/// neighbour must stand above its own for the query to be led by the vector branch ([`StandingBlend`]). Across the
 /// four evaluation shapes at 2: MADial-Bench nDCG@10 +0.018, code +0.002 / +0.005, SciFact the same, REALTALK
 /// -0.0003; at 1 or 1.5 more on the first three and REALTALK -0.021 / -0.007 (docs/experiments.md).
 pub const VECTOR_LEADS: f64 = 2.0;
+
+/// A nearest neighbour with a cosine below this is distant: nothing stored says what the query says in words like
+/// its own (MiniLM's cosines), so its keyword matches are on a few shared words and do not lead ([`StandingBlend`]).
+/// Across the four evaluation shapes at 0.58: MADial-Bench nDCG@10 +0.032, jinja2 +0.089, chrono +0.016, SciFact
+/// -0.0001, REALTALK -0.001; at 0.6 / 0.62 REALTALK -0.003 / -0.006 (docs/experiments.md).
+pub const DISTANT_NEIGHBOUR: f64 = 0.58;
 
 /// Rows a branch needs before how far its best stands out is measured: one to three keyword matches are evidence
 /// by their rarity, not a distribution. MADial-Bench nDCG@10 0.5326 at 4 (0.5480 at 2, 0.5149 at 10; at 2 three
@@ -91,11 +97,12 @@ impl Spread {
     }
 }
 
-/// A query whose nearest neighbours stand out (a paraphrased fact, code asked about in prose) while its keyword
-/// matches do not (common words): each branch's scores scaled to its rows' range and blended by how far each
-/// branch's best stands out, instead of the keyword-led [`relevance`].
+/// The relevance of a query the keyword-led [`relevance`] gets wrong: its nearest neighbours stand out while its
+/// keyword matches do not (a paraphrased fact), or its nearest neighbour is distant (code asked about in prose, a
+/// question in other words than the memory's). Each branch's scores are scaled to its rows' range and blended by
+/// how far each branch's best stands out.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct VectorLed {
+pub struct StandingBlend {
     cosine: Spread,
     bm25: Spread,
     /// The cosine's share: how far the vector branch's best stands out, of both branches' together.
@@ -107,17 +114,19 @@ fn bm25_of(keyword_score: f64) -> f64 {
     keyword_score / (1.0 - keyword_score)
 }
 
-impl VectorLed {
-    /// From the vector branch's cosines and the keyword branch's BM25 scores; `None` unless each branch has
-    /// [`STANDING_ROWS`] rows to measure its best against and the vector branch's best stands out at least
-    /// [`VECTOR_LEADS`] times as far.
+impl StandingBlend {
+    /// From the vector branch's cosines and the keyword branch's BM25 scores; `None` (the keyword-led blend) unless
+    /// each branch has [`STANDING_ROWS`] rows to measure its best against and either the vector branch's best
+    /// stands out at least [`VECTOR_LEADS`] times as far or it is closer than [`DISTANT_NEIGHBOUR`].
     pub fn of(cosines: &[f64], bm25: &[f64]) -> Option<Self> {
         if cosines.len() < STANDING_ROWS || bm25.len() < STANDING_ROWS {
             return None;
         }
         let (cosine, bm25) = (Spread::of(cosines)?, Spread::of(bm25)?);
+        let vector_leads = cosine.standing > VECTOR_LEADS * bm25.standing;
+        let distant = cosine.max < DISTANT_NEIGHBOUR;
         let vector_weight = cosine.standing / (cosine.standing + bm25.standing);
-        (cosine.standing > VECTOR_LEADS * bm25.standing).then_some(Self { cosine, bm25, vector_weight })
+        (vector_leads || distant).then_some(Self { cosine, bm25, vector_weight })
     }
 
     /// A candidate's relevance in [0, 1] from its cosine and its keyword score (BM25 / (1 + BM25)), if matched.
@@ -158,7 +167,7 @@ pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, kep
     let cosines: Vec<f64> = by_id.values().filter(|c| c.vector_rank.is_some()).filter_map(|c| c.cosine_sim).collect();
     let bm25: Vec<f64> =
         by_id.values().filter(|c| c.keyword_rank.is_some()).filter_map(|c| c.keyword_score).map(bm25_of).collect();
-    let vector_led = VectorLed::of(&cosines, &bm25);
+    let standing_blend = StandingBlend::of(&cosines, &bm25);
     let mut candidates: Vec<Candidate> = by_id
         .into_values()
         .map(|mut c| {
@@ -166,8 +175,8 @@ pub fn fuse(vector_rows: Vec<CandidateRow>, keyword_rows: Vec<CandidateRow>, kep
             c.keyword_relative =
                 c.keyword_rank.and(c.keyword_score).filter(|_| best_keyword > 0.0).map(|k| k / best_keyword);
             let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
-            c.relevance = match &vector_led {
-                Some(led) => led.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
+            c.relevance = match &standing_blend {
+                Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
                 None => relevance(evidence, c.cosine_sim, c.keyword_relative),
             };
             c
@@ -227,16 +236,34 @@ mod tests {
         // The nearest neighbour far above the rest (50 rows); keyword matches on common words, evenly spread.
         let cosines: Vec<f64> = std::iter::once(0.82).chain((0..49).map(|i| 0.40 - 0.001 * i as f64)).collect();
         let flat_bm25: Vec<f64> = (0..50).map(|i| 2.1 - 0.02 * i as f64).collect();
-        let led = VectorLed::of(&cosines, &flat_bm25).expect("the vector branch leads");
+        let led = StandingBlend::of(&cosines, &flat_bm25).expect("the vector branch leads");
         let keyword = |bm25: f64| Some(bm25 / (1.0 + bm25));
         // The neighbour without a keyword match outranks the best keyword match far from the query.
         assert!(led.relevance(Some(0.82), None) > led.relevance(Some(0.39), keyword(2.1)));
         assert!((0.0..=1.0).contains(&led.relevance(Some(0.82), keyword(2.1))));
         // A keyword match standing out as much (a rare name) keeps the keyword-led blend.
         let peaked_bm25: Vec<f64> = std::iter::once(9.0).chain((0..49).map(|i| 2.0 - 0.01 * i as f64)).collect();
-        assert_eq!(VectorLed::of(&cosines, &peaked_bm25), None);
+        assert_eq!(StandingBlend::of(&cosines, &peaked_bm25), None);
         // A handful of keyword matches (rare words): no lead.
-        assert_eq!(VectorLed::of(&cosines, &flat_bm25[..STANDING_ROWS - 1]), None);
+        assert_eq!(StandingBlend::of(&cosines, &flat_bm25[..STANDING_ROWS - 1]), None);
+    }
+
+    #[test]
+    fn a_query_whose_nearest_neighbour_is_distant_is_not_led_by_its_keyword_matches() {
+        // The same standings as a keyword-led query, but nothing lies close to the query.
+        let peaked_bm25: Vec<f64> = std::iter::once(9.0).chain((0..49).map(|i| 2.0 - 0.01 * i as f64)).collect();
+        let near: Vec<f64> = std::iter::once(0.82).chain((0..49).map(|i| 0.70 - 0.001 * i as f64)).collect();
+        assert_eq!(StandingBlend::of(&near, &peaked_bm25), None);
+        let distant: Vec<f64> = near.iter().map(|c| c - 0.3).collect();
+        let blend = StandingBlend::of(&distant, &peaked_bm25).expect("a distant neighbour does not let keywords lead");
+        let keyword = |bm25: f64| Some(bm25 / (1.0 + bm25));
+        // Both branches count: the nearest neighbour without a keyword match against the best keyword match far
+        // from the query, and a memory best in both above either.
+        let (neighbour, matched) = (blend.relevance(Some(0.52), None), blend.relevance(Some(0.1), keyword(9.0)));
+        assert!(neighbour > 0.0 && matched > 0.0);
+        assert!(blend.relevance(Some(0.52), keyword(9.0)) > neighbour.max(matched));
+        // Fewer keyword matches than a distribution: the keyword-led blend.
+        assert_eq!(StandingBlend::of(&distant, &peaked_bm25[..STANDING_ROWS - 1]), None);
     }
 
     #[test]
