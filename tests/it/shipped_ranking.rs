@@ -338,3 +338,37 @@ async fn a_question_nothing_lies_close_to_is_not_decided_by_a_word_a_distant_mem
         assert_eq!(result.memories.last().map(|m| m.memory.id), Some(answer.id), "{mode:?}: {:?}", ids(&result));
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_neighbour_a_full_keyword_list_had_no_room_for_is_not_ranked_below_all_its_matches(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // More memories share the query's common word than the keyword branch returns (50 rows), the shorter the
+    // farther from the query; the nearest neighbour shares no word, and nothing stands out enough for the
+    // vector branch to lead.
+    let fillers = ["amber", "birch", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "indigo", "juniper"];
+    let mut matches = Vec::new();
+    for i in 0..55 {
+        let text = format!("the service note {i} {}", fillers[..i % 11].join(" "));
+        let similarity = 0.60 + 0.002 * i as f32;
+        matches
+            .push(memory(org, text.trim_end()).embedding(vector_with_similarity(similarity, 10 + i)).insert(&db).await);
+    }
+    let neighbour =
+        memory(org, "payments went down on Tuesday").embedding(vector_with_similarity(0.72, 90)).insert(&db).await;
+    let query = "service outage";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let mut request = request(org, mode, query);
+        request.max_results = 50;
+        let result = retriever.query(request).await.unwrap();
+        let position = ids(&result).iter().position(|id| *id == neighbour.id);
+        // Most relevant last: matches of the word come before it, some after.
+        let position = position.unwrap_or_else(|| panic!("{mode:?}: the neighbour is not among the 50"));
+        assert!(position > 0, "{mode:?}: the neighbour ranks below every match");
+    }
+}
