@@ -64,7 +64,8 @@ pub const VECTOR_LEADS: f64 = 2.0;
 /// A nearest neighbour with a cosine below this is distant: nothing stored says what the query says in words like
 /// its own (MiniLM's cosines), so its keyword matches are on a few shared words and do not lead ([`StandingBlend`]).
 /// Across the four evaluation shapes at 0.58: MADial-Bench nDCG@10 +0.032, jinja2 +0.089, chrono +0.016, SciFact
-/// -0.0001, REALTALK -0.001; at 0.6 / 0.62 REALTALK -0.003 / -0.006 (docs/experiments.md).
+/// -0.0001, REALTALK -0.001; the highest threshold costing SciFact and REALTALK at most 0.0015 each (at 0.6 they
+/// lose 0.004 and 0.003, at 0.62 0.006 each; docs/experiments.md).
 pub const DISTANT_NEIGHBOUR: f64 = 0.58;
 
 /// Rows a branch needs before how far its best stands out is measured: one to three keyword matches are evidence
@@ -125,7 +126,8 @@ impl StandingBlend {
         let (cosine, bm25) = (Spread::of(cosines)?, Spread::of(bm25)?);
         let vector_leads = cosine.standing > VECTOR_LEADS * bm25.standing;
         let distant = cosine.max < DISTANT_NEIGHBOUR;
-        let vector_weight = cosine.standing / (cosine.standing + bm25.standing);
+        let both = cosine.standing + bm25.standing;
+        let vector_weight = if both > 0.0 { cosine.standing / both } else { 0.5 };
         (vector_leads || distant).then_some(Self { cosine, bm25, vector_weight })
     }
 
@@ -147,7 +149,7 @@ pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -
 /// RRF score (ties by id). `depth` is the rows each branch was asked for: a keyword list that long may have left
 /// out memories that match as well as its last row, so in the keyword-led blend a candidate it does not hold counts
 /// that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or up to 0.001 higher,
-/// Recall@50 0.013-0.089 higher (docs/experiments.md).
+/// Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
 pub fn fuse(
     vector_rows: Vec<CandidateRow>,
     keyword_rows: Vec<CandidateRow>,
@@ -177,17 +179,16 @@ pub fn fuse(
     let cosines: Vec<f64> = by_id.values().filter(|c| c.vector_rank.is_some()).filter_map(|c| c.cosine_sim).collect();
     let bm25: Vec<f64> = keyword_scores.iter().copied().map(bm25_of).collect();
     let standing_blend = StandingBlend::of(&cosines, &bm25);
+    let relative = |keyword_score: f64| Some(keyword_score / best_keyword).filter(|_| best_keyword > 0.0);
     // The keyword-led blend's score for a candidate the keyword list does not hold: the list's last row's when the
-    // list is full (it may have had no room for the candidate), none otherwise. The standing blend does the same
-    // by scaling keyword scores to the list's range.
+    // list is full (it may have had no room for the candidate), none otherwise.
     let last_keyword = keyword_scores.iter().copied().reduce(f64::min).filter(|_| keyword_list_full);
-    let unlisted = last_keyword.filter(|_| best_keyword > 0.0).map(|k| k / best_keyword);
+    let unlisted = last_keyword.and_then(relative);
     let mut candidates: Vec<Candidate> = by_id
         .into_values()
         .map(|mut c| {
             c.rrf = rrf(&[c.vector_rank, c.keyword_rank]);
-            c.keyword_relative =
-                c.keyword_rank.and(c.keyword_score).filter(|_| best_keyword > 0.0).map(|k| k / best_keyword);
+            c.keyword_relative = c.keyword_rank.and(c.keyword_score).and_then(relative);
             let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
             c.relevance = match &standing_blend {
                 Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
@@ -278,6 +279,10 @@ mod tests {
         assert!(blend.relevance(Some(0.52), keyword(9.0)) > neighbour.max(matched));
         // Fewer keyword matches than a distribution: the keyword-led blend.
         assert_eq!(StandingBlend::of(&distant, &peaked_bm25[..STANDING_ROWS - 1]), None);
+        // Neither branch's best stands out (equal rows in both): an even blend, never NaN.
+        let even = StandingBlend::of(&[0.5; 6], &[2.0; 6]).expect("distant");
+        assert_eq!(even.relevance(Some(0.5), keyword(2.0)), 1.0);
+        assert_eq!(even.relevance(Some(0.5), None), 0.5);
     }
 
     #[test]
