@@ -184,12 +184,12 @@ pub fn fuse(
     // list is full (it may have had no room for the candidate), none otherwise.
     let last_keyword = keyword_scores.iter().copied().reduce(f64::min).filter(|_| keyword_list_full);
     let unlisted = last_keyword.and_then(relative);
+    let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
     let mut candidates: Vec<Candidate> = by_id
         .into_values()
         .map(|mut c| {
             c.rrf = rrf(&[c.vector_rank, c.keyword_rank]);
             c.keyword_relative = c.keyword_rank.and(c.keyword_score).and_then(relative);
-            let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
             c.relevance = match &standing_blend {
                 Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
                 None => relevance(evidence, c.cosine_sim, c.keyword_relative.or(unlisted)),
