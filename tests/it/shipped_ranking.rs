@@ -374,3 +374,80 @@ async fn a_neighbour_a_full_keyword_list_had_no_room_for_is_not_ranked_below_all
         assert!(neighbour > last_listed, "{mode:?}: the neighbour ranks below every match");
     }
 }
+
+/// Memories sharing none of the query's words at these similarities: chunks of a source file, each on its own
+/// lines, or prose.
+async fn unrelated(db: &Db, org: Uuid, as_code: bool, similarities: &[f32]) {
+    for (i, similarity) in similarities.iter().enumerate() {
+        let line = 100 + 10 * i as u32;
+        let fixture = memory(org, &format!("let value_{i} = table[{i}];"));
+        let fixture =
+            if as_code { fixture.code("src/table.rs", &format!("entry_{i}"), line..=line + 5) } else { fixture };
+        fixture.embedding(vector_with_similarity(*similarity, 50 + i)).insert(db).await;
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_question_answered_from_code_is_led_by_the_nearest_chunk_not_by_identifiers_it_shares(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let query = "retry the upload";
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+    for as_code in [true, false] {
+        let org = Uuid::now_v7();
+        let chunk = |text: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>| {
+            let fixture = memory(org, text);
+            if as_code { fixture.code("src/upload.rs", symbol, lines) } else { fixture }
+        };
+        // The nearest chunk says none of the question's words; another repeats them in its identifiers.
+        let nearest =
+            chunk("for attempt in 0..limit { send(part)?; sleep(backoff(attempt)); }", "send_with_backoff", 1..=5)
+                .embedding(vector_with_similarity(0.70, 3))
+                .insert(&db)
+                .await;
+        let sharing = chunk("let retry_upload = UploadRetry::new(upload_id);", "UploadRetry::new", 10..=12)
+            .embedding(vector_with_similarity(0.60, 4))
+            .insert(&db)
+            .await;
+        unrelated(&db, org, as_code, &[0.60, 0.62, 0.64]).await;
+        for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+            let result = retriever.query(request(org, mode, query)).await.unwrap();
+            let best = result.memories.last().map(|m| m.memory.id);
+            // Prose is led by the words it shares; code by the nearest chunk.
+            let expected = if as_code { nearest.id } else { sharing.id };
+            assert_eq!(best, Some(expected), "code: {as_code}, {mode:?}: {:?}", ids(&result));
+        }
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_question_that_says_a_functions_name_in_its_own_words_gets_that_function(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let query = "Resets the bucket";
+    // The function named `reset` is a little farther from the question than another function of the file.
+    let reset = memory(org, "self.code = None")
+        .code("jinja/bccache.py", "Bucket.reset", 10..=11)
+        .embedding(vector_with_similarity(0.68, 3))
+        .insert(&db)
+        .await;
+    let clear = memory(org, "for filename in self._list_cache_files():\n    remove(filename)")
+        .code("jinja/bccache.py", "FileSystemBytecodeCache.clear", 40..=42)
+        .embedding(vector_with_similarity(0.70, 4))
+        .insert(&db)
+        .await;
+    unrelated(&db, org, true, &[0.60, 0.62, 0.64]).await;
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+        let result = retriever.query(request(org, mode, query)).await.unwrap();
+        assert_eq!(result.memories.last().map(|m| m.memory.id), Some(reset.id), "{mode:?}: {:?}", ids(&result));
+        let position = |id: Uuid| ids(&result).iter().position(|found| *found == id);
+        assert!(position(clear.id) < position(reset.id), "{mode:?}");
+    }
+}

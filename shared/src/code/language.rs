@@ -67,6 +67,11 @@ impl Language {
         Self::ALL.into_iter().find(|l| l.as_str() == text)
     }
 
+    /// A programming language (parsed into symbols), not prose.
+    pub fn is_source(self) -> bool {
+        self.grammar().is_some()
+    }
+
     /// The tree-sitter grammar of a source language.
     pub(super) fn grammar(self) -> Option<tree_sitter::Language> {
         Some(match self {

@@ -245,6 +245,12 @@ impl Memory {
     pub fn is_stale(&self) -> bool {
         self.file_changed_at.is_some() || self.file_missing_since.is_some()
     }
+
+    /// A chunk of a source file (anchored, in a programming language), not prose.
+    pub fn is_source_code(&self) -> bool {
+        self.anchor.is_some()
+            && self.language.as_deref().and_then(crate::code::Language::parse).is_some_and(|l| l.is_source())
+    }
 }
 
 #[cfg(test)]

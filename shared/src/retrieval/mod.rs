@@ -6,6 +6,7 @@ pub mod cooldown_token;
 pub mod distinct;
 pub mod fusion;
 pub mod mention;
+pub mod named_symbol;
 mod pipeline;
 pub mod query_cache;
 pub mod ranking;

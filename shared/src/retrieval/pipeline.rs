@@ -8,10 +8,11 @@ use super::{
     cooldown::Session,
     cooldown_token,
     mention::parse_mentions,
-    ranking,
+    named_symbol::QueryWords,
+    ranking::{self, Named},
     stage1::{self, BranchSettings, Candidate},
     taxonomy::Taxonomy,
-    time_anchor::{self, TimeAnchor},
+    time_anchor,
 };
 use crate::store::{self, ScopeFilter, SearchFilters, branches::CandidateExtras};
 
@@ -60,8 +61,9 @@ impl Retriever {
         as_of: DateTime<Utc>,
         max_results: usize,
     ) -> (Vec<RankedMemory>, bool) {
-        let anchors = time_anchor::named(text);
-        filter_and_rank(&self.config, taxonomy, classified, candidates, &anchors, as_of, max_results)
+        let (dates, words) = (time_anchor::named(text), QueryWords::of(text));
+        let named = Named { dates: &dates, words: &words };
+        filter_and_rank(&self.config, taxonomy, classified, candidates, named, as_of, max_results)
     }
 }
 
@@ -73,12 +75,12 @@ fn filter_and_rank(
     taxonomy: &Taxonomy,
     classified: &[Uuid],
     candidates: &[Candidate],
-    anchors: &[TimeAnchor],
+    named: Named<'_>,
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> (Vec<RankedMemory>, bool) {
     let rank =
-        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
+        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, named, as_of, max_results);
     let everything: Vec<&Candidate> = candidates.iter().collect();
     if classified.is_empty() {
         return (rank(&everything), false);
@@ -91,10 +93,11 @@ fn filter_and_rank(
         // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
         // by itself send the query to the fallback (only then is the subset ranked a second time; the spec's
         // formula ignores dates).
-        let best = if anchors.is_empty() || config.ranking == ranking::RankingFormula::Spec {
+        let best = if named.dates.is_empty() || config.ranking == ranking::RankingFormula::Spec {
             ranked.first().map(|top| top.score)
         } else {
-            ranking::rank(config.ranking, &config.weights, &in_subtree, &[], as_of, 1).first().map(|top| top.score)
+            let undated = Named { dates: &[], ..named };
+            ranking::rank(config.ranking, &config.weights, &in_subtree, undated, as_of, 1).first().map(|top| top.score)
         };
         if best.is_some_and(|score| score >= config.min_top_score) {
             return (ranked, false);
