@@ -428,26 +428,30 @@ async fn a_question_that_says_a_functions_name_in_its_own_words_gets_that_functi
     conn: PgConnectOptions,
 ) {
     let db = Db::new(opts, conn).await;
-    let org = Uuid::now_v7();
     let query = "Resets the bucket";
-    // The function named `reset` is a little farther from the question than another function of the file.
-    let reset = memory(org, "self.code = None")
-        .code("jinja/bccache.py", "Bucket.reset", 10..=11)
-        .embedding(vector_with_similarity(0.68, 3))
-        .insert(&db)
-        .await;
-    let clear = memory(org, "for filename in self._list_cache_files():\n    remove(filename)")
-        .code("jinja/bccache.py", "FileSystemBytecodeCache.clear", 40..=42)
-        .embedding(vector_with_similarity(0.70, 4))
-        .insert(&db)
-        .await;
-    unrelated(&db, org, true, &[0.60, 0.62, 0.64]).await;
     let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
-
-    for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
-        let result = retriever.query(request(org, mode, query)).await.unwrap();
-        assert_eq!(result.memories.last().map(|m| m.memory.id), Some(reset.id), "{mode:?}: {:?}", ids(&result));
-        let position = |id: Uuid| ids(&result).iter().position(|found| *found == id);
-        assert!(position(clear.id) < position(reset.id), "{mode:?}");
+    for as_code in [true, false] {
+        let org = Uuid::now_v7();
+        let chunk = |text: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>| {
+            let fixture = memory(org, text);
+            if as_code { fixture.code("jinja/bccache.py", symbol, lines) } else { fixture }
+        };
+        // The function named `reset` is a little farther from the question than another function of the file.
+        let reset = chunk("self.code = None", "Bucket.reset", 10..=11)
+            .embedding(vector_with_similarity(0.68, 3))
+            .insert(&db)
+            .await;
+        let clear = chunk("for filename in self._list_cache_files():\n    remove(filename)", "clear", 40..=42)
+            .embedding(vector_with_similarity(0.70, 4))
+            .insert(&db)
+            .await;
+        unrelated(&db, org, as_code, &[0.60, 0.62, 0.64]).await;
+        for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
+            let result = retriever.query(request(org, mode, query)).await.unwrap();
+            // Only code has a name: prose memories are ranked by how close they are.
+            let (expected, other) = if as_code { (reset.id, clear.id) } else { (clear.id, reset.id) };
+            assert_eq!(result.memories.last().map(|m| m.memory.id), Some(expected), "code: {as_code}, {mode:?}");
+            assert!(ids(&result).contains(&other), "code: {as_code}, {mode:?}: {:?}", ids(&result));
+        }
     }
 }

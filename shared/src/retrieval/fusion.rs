@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::stage1::Candidate;
-use crate::store::branches::CandidateRow;
+use crate::{domain::Memory, store::branches::CandidateRow};
 
 /// RRF's smoothing constant.
 pub const RRF_K: f64 = 60.0;
@@ -73,12 +73,19 @@ pub const DISTANT_NEIGHBOUR: f64 = 0.58;
 /// matches of one rare word no longer lead).
 pub const STANDING_ROWS: usize = 4;
 
-/// The cosine's share in the relevance of a question answered from source code (most of its candidates are code
-/// chunks): keyword matches on code are on identifiers and comments a prose question shares loosely (keyword branch
-/// nDCG@10 0.13 on chrono and 0.26 on jinja2, the vector branch 0.20 and 0.60), and the lexical evidence that tells is
-/// the chunk's name, which Stage 4 reads ([`super::named_symbol`]). With it, nDCG@10 chrono 0.2648 and jinja2 0.6155
-/// (0.6 and 0.8 within 0.01 of these on each; docs/experiments.md).
+/// The cosine's share in the relevance of a question answered from source code ([`answered_from_code`]): keyword
+/// matches on code are on identifiers and comments a prose question shares loosely (keyword branch nDCG@10 0.13 on
+/// chrono and 0.26 on jinja2, the vector branch 0.20 and 0.60), and the lexical evidence that tells is the chunk's
+/// name, which Stage 4 reads ([`super::named_symbol`]). With it, nDCG@10 chrono 0.2648 and jinja2 0.6155
+/// (docs/experiments.md).
 pub const CODE_VECTOR_WEIGHT: f64 = 0.7;
+
+/// Whether a question is answered from source code: more than half its candidates are chunks of a programming
+/// language.
+pub fn answered_from_code<'a>(candidates: impl ExactSizeIterator<Item = &'a Memory>) -> bool {
+    let all = candidates.len();
+    2 * candidates.filter(|m| m.is_source_code()).count() > all
+}
 
 /// The range of one branch's scores over its rows, and how far its best stands above them (the z-score of the
 /// best; 0 when all are equal).
@@ -106,14 +113,16 @@ impl Spread {
 }
 
 /// The relevance of a query the keyword-led [`relevance`] gets wrong: its nearest neighbours stand out while its
-/// keyword matches do not (a paraphrased fact), or its nearest neighbour is distant (code asked about in prose, a
-/// question in other words than the memory's). Each branch's scores are scaled to its rows' range and blended by
-/// how far each branch's best stands out.
+/// keyword matches do not (a paraphrased fact), or its nearest neighbour is distant (a question in other words than
+/// the memory's), or it is answered from source code. Each branch's scores are scaled to its rows' range and
+/// blended by how far each branch's best stands out, or for code with the cosine's share fixed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StandingBlend {
     cosine: Spread,
-    bm25: Spread,
-    /// The cosine's share: how far the vector branch's best stands out, of both branches' together.
+    /// None when no keyword matched.
+    bm25: Option<Spread>,
+    /// The cosine's share: how far the vector branch's best stands out, of both branches' together (for code,
+    /// [`CODE_VECTOR_WEIGHT`]).
     vector_weight: f64,
 }
 
@@ -135,22 +144,22 @@ impl StandingBlend {
         let distant = cosine.max < DISTANT_NEIGHBOUR;
         let both = cosine.standing + bm25.standing;
         let vector_weight = if both > 0.0 { cosine.standing / both } else { 0.5 };
-        (vector_leads || distant).then_some(Self { cosine, bm25, vector_weight })
+        (vector_leads || distant).then_some(Self { cosine, bm25: Some(bm25), vector_weight })
     }
 
     /// The blend of a question answered from source code: the cosine's share fixed at [`CODE_VECTOR_WEIGHT`].
-    /// `None` without vector rows.
+    /// `None` (the keyword-led blend) unless the vector branch has [`STANDING_ROWS`] rows to scale.
     pub fn for_code(cosines: &[f64], bm25: &[f64]) -> Option<Self> {
-        let cosine = Spread::of(cosines)?;
-        // Without keyword rows no candidate has a keyword score to scale.
-        let bm25 = Spread::of(bm25).unwrap_or(cosine);
-        Some(Self { cosine, bm25, vector_weight: CODE_VECTOR_WEIGHT })
+        if cosines.len() < STANDING_ROWS {
+            return None;
+        }
+        Some(Self { cosine: Spread::of(cosines)?, bm25: Spread::of(bm25), vector_weight: CODE_VECTOR_WEIGHT })
     }
 
     /// A candidate's relevance in [0, 1] from its cosine and its keyword score (BM25 / (1 + BM25)), if matched.
     pub fn relevance(&self, cosine: Option<f64>, keyword_score: Option<f64>) -> f64 {
         let cosine = cosine.map(|c| self.cosine.scaled(c));
-        let keyword = keyword_score.map(|s| self.bm25.scaled(bm25_of(s)));
+        let keyword = keyword_score.zip(self.bm25).map(|(s, spread)| spread.scaled(bm25_of(s)));
         weighted(cosine, keyword, self.vector_weight)
     }
 }
@@ -194,9 +203,11 @@ pub fn fuse(
     let embedded = by_id.values().any(|c| c.cosine_sim.is_some());
     let cosines: Vec<f64> = by_id.values().filter(|c| c.vector_rank.is_some()).filter_map(|c| c.cosine_sim).collect();
     let bm25: Vec<f64> = keyword_scores.iter().copied().map(bm25_of).collect();
-    let from_code = 2 * by_id.values().filter(|c| c.memory.is_source_code()).count() > by_id.len();
-    let standing_blend =
-        if from_code { StandingBlend::for_code(&cosines, &bm25) } else { StandingBlend::of(&cosines, &bm25) };
+    let standing_blend = if answered_from_code(by_id.values().map(|c| &c.memory)) {
+        StandingBlend::for_code(&cosines, &bm25)
+    } else {
+        StandingBlend::of(&cosines, &bm25)
+    };
     let relative = |keyword_score: f64| Some(keyword_score / best_keyword).filter(|_| best_keyword > 0.0);
     // The keyword-led blend's score for a candidate the keyword list does not hold: the list's last row's when the
     // list is full (it may have had no room for the candidate), none otherwise.

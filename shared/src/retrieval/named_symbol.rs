@@ -14,7 +14,7 @@ static STOP_WORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| stop_words
 
 /// A text's words as they are compared: identifiers split where engineers join words (`parse_config`,
 /// `parseConfig`, `HTMLParser`), lower-cased and stemmed, without stop words and numbers.
-pub fn words(text: &str) -> HashSet<String> {
+fn words(text: &str) -> HashSet<String> {
     let mut found = HashSet::new();
     for token in text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()) {
         for word in split_identifier(token) {
@@ -48,29 +48,26 @@ fn split_identifier(token: &str) -> Vec<&str> {
     parts
 }
 
-/// The name a chunk is known by: the last part of its symbol path (`Bucket.load_bytecode` → `load_bytecode`,
-/// `Date::from_utc` → `from_utc`) or heading breadcrumb (`Install > From source` → `From source`), without the
-/// numbers that tell parts and repeats apart. None for a chunk named by its lines.
-pub fn name(symbol: &str) -> Option<&str> {
+/// The name a chunk of code is known by: the last part of its symbol path (`Bucket.load_bytecode` →
+/// `load_bytecode`, `Date::from_utc` → `from_utc`), without the numbers that tell repeats (` #2`) and parts
+/// (` (part 2)`) apart. None for a chunk named by its lines.
+fn name(symbol: &str) -> Option<&str> {
     let mut symbol = symbol.trim();
-    if let Some((head, tail)) = symbol.rsplit_once(" (part ")
-        && tail.ends_with(')')
-    {
-        symbol = head;
-    }
     if let Some((head, tail)) = symbol.rsplit_once(" #")
         && tail.chars().all(|c| c.is_ascii_digit())
     {
         symbol = head;
     }
-    if symbol.starts_with("lines ") && symbol[6..].chars().all(|c| c.is_ascii_digit() || c == '-') {
+    if let Some((head, tail)) = symbol.rsplit_once(" (part ")
+        && tail.ends_with(')')
+    {
+        symbol = head;
+    }
+    if symbol.strip_prefix("lines ").is_some_and(|l| l.chars().all(|c| c.is_ascii_digit() || c == '-')) {
         return None;
     }
-    let last = match symbol.rsplit_once(" > ") {
-        Some((_, heading)) => heading,
-        None => symbol.rsplit(['.', ':', '/']).next().unwrap_or(symbol),
-    };
-    Some(last.trim()).filter(|n| !n.is_empty())
+    let last = symbol.rsplit(['.', ':', '/']).next().unwrap_or(symbol).trim();
+    Some(last).filter(|n| !n.is_empty())
 }
 
 /// A query's words, to compare chunk names with.
@@ -101,12 +98,20 @@ impl QueryWords {
 mod tests {
     use super::*;
 
+    fn code(symbol: &str) -> Memory {
+        let mut memory = Memory::test_fixture();
+        memory.file_path = Some("src/lib.rs".into());
+        memory.language = Some("rust".into());
+        memory.anchor = Some(crate::domain::Anchor { symbol: symbol.into(), hash: None, start_line: 1, end_line: 2 });
+        memory
+    }
+
     #[test]
-    fn a_name_is_the_last_part_of_its_symbol_without_part_or_repeat_numbers() {
+    fn a_name_is_the_last_part_of_its_symbol_without_repeat_or_part_numbers() {
         assert_eq!(name("Bucket.load_bytecode"), Some("load_bytecode"));
         assert_eq!(name("Date::from_utc"), Some("from_utc"));
-        assert_eq!(name("Install > From source (part 2)"), Some("From source"));
         assert_eq!(name("A::fmt #2"), Some("fmt"));
+        assert_eq!(name("A::fmt (part 2) #2"), Some("fmt"));
         assert_eq!(name("lines 1-38"), None);
     }
 
@@ -118,5 +123,18 @@ mod tests {
         assert_eq!(words("the ParseConfig of 2024"), expected);
         let html: HashSet<String> = ["html", "parser"].map(String::from).into();
         assert_eq!(words("HTMLParser"), html);
+    }
+
+    #[test]
+    fn the_share_of_a_code_chunks_name_the_query_says() {
+        let query = QueryWords::of("Loads bytecode from a file");
+        assert_eq!(query.share_of_name(&code("Bucket.load_bytecode")), Some(1.0));
+        assert_eq!(query.share_of_name(&code("Bucket.write_bytecode")), Some(0.5));
+        assert_eq!(query.share_of_name(&code("Bucket.reset")), Some(0.0));
+        assert_eq!(query.share_of_name(&code("lines 1-38")), None);
+        let mut prose = code("Bucket.load_bytecode");
+        prose.language = Some("markdown".into());
+        assert_eq!(query.share_of_name(&prose), None, "only source code has a name that counts");
+        assert_eq!(query.share_of_name(&Memory::test_fixture()), None);
     }
 }

@@ -6,7 +6,7 @@ use uuid::Uuid;
 use super::{
     Classification, RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
-    cooldown_token,
+    cooldown_token, fusion,
     mention::parse_mentions,
     named_symbol::QueryWords,
     ranking::{self, Named},
@@ -50,7 +50,8 @@ struct StageTimings {
 
 impl Retriever {
     /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
-    /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
+    /// filter with its fallback, then the ranking (what the text names: dates, and for a question answered from code the
+    /// words of chunks' names). The second value says whether
     /// the fallback was used.
     pub fn rank(
         &self,
@@ -61,8 +62,9 @@ impl Retriever {
         as_of: DateTime<Utc>,
         max_results: usize,
     ) -> (Vec<RankedMemory>, bool) {
-        let (dates, words) = (time_anchor::named(text), QueryWords::of(text));
-        let named = Named { dates: &dates, words: &words };
+        let dates = time_anchor::named(text);
+        let words = fusion::answered_from_code(candidates.iter().map(|c| &c.memory)).then(|| QueryWords::of(text));
+        let named = Named { dates: &dates, words: words.as_ref() };
         filter_and_rank(&self.config, taxonomy, classified, candidates, named, as_of, max_results)
     }
 }

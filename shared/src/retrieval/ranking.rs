@@ -62,11 +62,12 @@ pub const OFF_TIME_PENALTY: f64 = 0.3;
 /// jinja2 0.6119 / 0.6155 / 0.6125 at 0.3 / 0.5 / 0.7 (docs/experiments.md).
 pub const NAMED_PULL: f64 = 0.5;
 
-/// What a query names that Stage 4 favours memories by: dates, and in its words the names of code chunks.
-#[derive(Debug, Clone, Copy)]
+/// What a query names that Stage 4 favours memories by: dates, and in its words the names of code chunks (only a
+/// question answered from code has them, [`super::fusion::answered_from_code`]).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Named<'a> {
     pub dates: &'a [TimeAnchor],
-    pub words: &'a QueryWords,
+    pub words: Option<&'a QueryWords>,
 }
 
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
@@ -111,8 +112,8 @@ pub fn rank(
                     let (r, f) = (weights.recency, weights.confidence);
                     let share = if r + f > 0.0 { (r * recency + f * c.memory.confidence) / (r + f) } else { 0.5 };
                     let time = if of_the_time(named.dates, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
-                    let named = named.words.share_of_name(&c.memory).unwrap_or(0.0);
-                    let relevance = c.relevance + NAMED_PULL * named * (1.0 - c.relevance);
+                    let name_share = named.words.and_then(|w| w.share_of_name(&c.memory)).unwrap_or(0.0);
+                    let relevance = c.relevance + NAMED_PULL * name_share * (1.0 - c.relevance);
                     relevance * time * (1.0 - NUDGE + NUDGE * share)
                 }
             };
@@ -137,10 +138,9 @@ mod tests {
     use super::*;
     use chrono::Duration;
 
-    static NO_WORDS: std::sync::LazyLock<QueryWords> = std::sync::LazyLock::new(QueryWords::default);
     /// A query naming these dates and nothing else.
     fn dates(dates: &[TimeAnchor]) -> Named<'_> {
-        Named { dates, words: &NO_WORDS }
+        Named { dates, words: None }
     }
 
     #[test]
