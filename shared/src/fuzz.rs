@@ -8,7 +8,7 @@ use crate::{
     ingest::IngestBatch,
     jobs::{ContradictionCheckJob, DedupReviewJob, EntitySynthesisJob, FileScanJob},
     llm::parse_json,
-    retrieval::{cooldown::Session, cooldown_token, mention::parse_mentions, time_anchor},
+    retrieval::{cooldown::Session, cooldown_token, mention::parse_mentions, named_symbol::QueryWords, time_anchor},
 };
 
 /// Text shaped like the input it stands for: JSON-ish pieces, dates, mentions, and anything at all.
@@ -106,11 +106,17 @@ proptest! {
     }
 
     #[test]
-    fn fuzz_query_text(text in texty()) {
+    fn fuzz_query_text(text in texty(), symbol in ".*") {
         let _ = parse_mentions(&text);
         let anchors = time_anchor::named(&text);
         let now = chrono::Utc::now();
         let _ = time_anchor::of_the_time(&anchors, now);
+        let mut chunk = crate::domain::Memory::test_fixture();
+        chunk.file_path = Some("src/lib.rs".into());
+        chunk.language = Some("rust".into());
+        chunk.anchor = Some(crate::domain::Anchor { symbol, hash: None, start_line: 1, end_line: 1 });
+        let share = QueryWords::of(&text).share_of_name(&chunk);
+        prop_assert!(share.is_none_or(|s| (0.0..=1.0).contains(&s)));
     }
 
     #[test]
