@@ -50,9 +50,8 @@ struct StageTimings {
 
 impl Retriever {
     /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
-    /// filter with its fallback, then the ranking (what the text names: dates, and for a question answered from code the
-    /// words of chunks' names). The second value says whether
-    /// the fallback was used.
+    /// filter with its fallback, then the ranking (what the text names: dates, and for a question answered from code
+    /// the words of chunks' names). The second value says whether the fallback was used.
     pub fn rank(
         &self,
         taxonomy: &Taxonomy,
