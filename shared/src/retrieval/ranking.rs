@@ -32,7 +32,7 @@ pub enum RankingFormula {
     /// The spec's composite: cosine × 0.5 + recency × 0.3 + confidence × 0.2 (the weights configurable).
     Spec,
     /// Relevance from both branches ([`super::fusion::relevance`], in [0, 1]), raised by [`NAMED_PULL`] for a code
-    /// chunk whose name the query says, scaled down by at most [`NUDGE`] for age and low confidence, so they order
+    /// chunk whose name a question answered from code says, scaled down by at most [`NUDGE`] for age and low confidence, so they order
     /// memories of similar relevance but never bury the relevant one, and by [`OFF_TIME_PENALTY`] for a memory not
     /// of a date the query names.
     #[default]
