@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
-use integration_tests::{Db, FixedEmbedder, axis, memory, shipped_retriever, vector_with_similarity};
+use integration_tests::{Db, FixedEmbedder, Fixture, axis, memory, shipped_retriever, vector_with_similarity};
 use memory_core::retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, SessionTurn};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -375,15 +375,27 @@ async fn a_neighbour_a_full_keyword_list_had_no_room_for_is_not_ranked_below_all
     }
 }
 
-/// Memories sharing none of the query's words at these similarities: chunks of a source file, each on its own
-/// lines, or prose.
-async fn unrelated(db: &Db, org: Uuid, as_code: bool, similarities: &[f32]) {
-    for (i, similarity) in similarities.iter().enumerate() {
-        let line = 100 + 10 * i as u32;
-        let fixture = memory(org, &format!("let value_{i} = table[{i}];"));
-        let fixture =
-            if as_code { fixture.code("src/table.rs", &format!("entry_{i}"), line..=line + 5) } else { fixture };
-        fixture.embedding(vector_with_similarity(*similarity, 50 + i)).insert(db).await;
+/// Memories of `org` in a file of `path`: when `as_code`, chunks of the source file anchored at a symbol on their
+/// lines, prose otherwise.
+struct File {
+    org: Uuid,
+    path: &'static str,
+    as_code: bool,
+}
+
+impl File {
+    fn memory(&self, text: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>) -> Fixture {
+        let fixture = memory(self.org, text);
+        if self.as_code { fixture.code(self.path, symbol, lines) } else { fixture }
+    }
+
+    /// Memories sharing none of the query's words at these similarities.
+    async fn unrelated(&self, db: &Db, similarities: &[f32]) {
+        for (i, similarity) in similarities.iter().enumerate() {
+            let line = 100 + 10 * i as u32;
+            let fixture = self.memory(&format!("let value_{i} = table[{i}];"), &format!("entry_{i}"), line..=line + 5);
+            fixture.embedding(vector_with_similarity(*similarity, 50 + i)).insert(db).await;
+        }
     }
 }
 
@@ -396,24 +408,21 @@ async fn a_question_answered_from_code_is_led_by_the_nearest_chunk_not_by_identi
     let query = "retry the upload";
     let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
     for as_code in [true, false] {
-        let org = Uuid::now_v7();
-        let chunk = |text: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>| {
-            let fixture = memory(org, text);
-            if as_code { fixture.code("src/upload.rs", symbol, lines) } else { fixture }
-        };
+        let file = File { org: Uuid::now_v7(), path: "src/upload.rs", as_code };
         // The nearest chunk says none of the question's words; another repeats them in its identifiers.
-        let nearest =
-            chunk("for attempt in 0..limit { send(part)?; sleep(backoff(attempt)); }", "send_with_backoff", 1..=5)
-                .embedding(vector_with_similarity(0.70, 3))
-                .insert(&db)
-                .await;
-        let sharing = chunk("let retry_upload = UploadRetry::new(upload_id);", "UploadRetry::new", 10..=12)
+        let nearest = file
+            .memory("for attempt in 0..limit { send(part)?; sleep(backoff(attempt)); }", "send_with_backoff", 1..=5)
+            .embedding(vector_with_similarity(0.70, 3))
+            .insert(&db)
+            .await;
+        let sharing = file
+            .memory("let retry_upload = UploadRetry::new(upload_id);", "UploadRetry::new", 10..=12)
             .embedding(vector_with_similarity(0.60, 4))
             .insert(&db)
             .await;
-        unrelated(&db, org, as_code, &[0.60, 0.62, 0.64]).await;
+        file.unrelated(&db, &[0.60, 0.62, 0.64]).await;
         for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
-            let result = retriever.query(request(org, mode, query)).await.unwrap();
+            let result = retriever.query(request(file.org, mode, query)).await.unwrap();
             let best = result.memories.last().map(|m| m.memory.id);
             // Prose is led by the words it shares; code by the nearest chunk.
             let expected = if as_code { nearest.id } else { sharing.id };
@@ -431,23 +440,21 @@ async fn a_question_that_says_a_functions_name_in_its_own_words_gets_that_functi
     let query = "Resets the bucket";
     let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
     for as_code in [true, false] {
-        let org = Uuid::now_v7();
-        let chunk = |text: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>| {
-            let fixture = memory(org, text);
-            if as_code { fixture.code("jinja/bccache.py", symbol, lines) } else { fixture }
-        };
+        let file = File { org: Uuid::now_v7(), path: "jinja/bccache.py", as_code };
         // The function named `reset` is a little farther from the question than another function of the file.
-        let reset = chunk("self.code = None", "Bucket.reset", 10..=11)
+        let reset = file
+            .memory("self.code = None", "Bucket.reset", 10..=11)
             .embedding(vector_with_similarity(0.68, 3))
             .insert(&db)
             .await;
-        let clear = chunk("for filename in self._list_cache_files():\n    remove(filename)", "clear", 40..=42)
+        let clear = file
+            .memory("for filename in self._list_cache_files():\n    remove(filename)", "clear", 40..=42)
             .embedding(vector_with_similarity(0.70, 4))
             .insert(&db)
             .await;
-        unrelated(&db, org, as_code, &[0.60, 0.62, 0.64]).await;
+        file.unrelated(&db, &[0.60, 0.62, 0.64]).await;
         for mode in [RetrievalMode::Mention, RetrievalMode::AgentQuery] {
-            let result = retriever.query(request(org, mode, query)).await.unwrap();
+            let result = retriever.query(request(file.org, mode, query)).await.unwrap();
             // Only code has a name: prose memories are ranked by how close they are.
             let (expected, other) = if as_code { (reset.id, clear.id) } else { (clear.id, reset.id) };
             assert_eq!(result.memories.last().map(|m| m.memory.id), Some(expected), "code: {as_code}, {mode:?}");
