@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::stage1::Candidate;
+use super::{named_symbol::QueryWords, stage1::Candidate};
 use crate::{domain::Memory, store::branches::CandidateRow};
 
 /// RRF's smoothing constant.
@@ -76,8 +76,7 @@ pub const STANDING_ROWS: usize = 4;
 /// The cosine's share in the relevance of a question answered from source code ([`answered_from_code`]): keyword
 /// matches on code are on identifiers and comments a prose question shares loosely (keyword branch nDCG@10 0.13 on
 /// chrono and 0.26 on jinja2, the vector branch 0.20 and 0.60), and the lexical evidence that tells is the chunk's
-/// name, which Stage 4 reads ([`super::named_symbol`]). With it, nDCG@10 chrono 0.2648 and jinja2 0.6155
-/// (docs/experiments.md).
+/// name ([`super::named_symbol`]). With both, nDCG@10 chrono 0.2648 and jinja2 0.6155 (docs/experiments.md).
 pub const CODE_VECTOR_WEIGHT: f64 = 0.7;
 
 /// Whether a question is answered from source code: more than half its candidates are chunks of a programming
@@ -171,13 +170,15 @@ pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -
 }
 
 /// Merges the branch lists by memory id, scores each candidate (RRF and relevance) and keeps the best `kept` by
-/// RRF score (ties by id). `depth` is the rows each branch was asked for: a keyword list that long may have left
+/// RRF score (ties by id). In a question `text` answered from code, a chunk whose name the question says is pulled
+/// towards full relevance ([`QueryWords::pulled`]). `depth` is the rows each branch was asked for: a keyword list that long may have left
 /// out memories that match as well as its last row, so in the keyword-led blend a candidate it does not hold counts
 /// that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or up to 0.001 higher,
 /// Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
 pub fn fuse(
     vector_rows: Vec<CandidateRow>,
     keyword_rows: Vec<CandidateRow>,
+    text: &str,
     depth: usize,
     kept: usize,
 ) -> Vec<Candidate> {
@@ -203,11 +204,10 @@ pub fn fuse(
     let embedded = by_id.values().any(|c| c.cosine_sim.is_some());
     let cosines: Vec<f64> = by_id.values().filter(|c| c.vector_rank.is_some()).filter_map(|c| c.cosine_sim).collect();
     let bm25: Vec<f64> = keyword_scores.iter().copied().map(bm25_of).collect();
-    let standing_blend = if answered_from_code(by_id.values().map(|c| &c.memory)) {
-        StandingBlend::for_code(&cosines, &bm25)
-    } else {
-        StandingBlend::of(&cosines, &bm25)
-    };
+    let from_code = answered_from_code(by_id.values().map(|c| &c.memory));
+    let standing_blend =
+        if from_code { StandingBlend::for_code(&cosines, &bm25) } else { StandingBlend::of(&cosines, &bm25) };
+    let names = from_code.then(|| QueryWords::of(text));
     let relative = |keyword_score: f64| Some(keyword_score / best_keyword).filter(|_| best_keyword > 0.0);
     // The keyword-led blend's score for a candidate the keyword list does not hold: the list's last row's when the
     // list is full (it may have had no room for the candidate), none otherwise.
@@ -223,6 +223,9 @@ pub fn fuse(
                 Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
                 None => relevance(evidence, c.cosine_sim, c.keyword_relative.or(unlisted)),
             };
+            if let Some(names) = &names {
+                c.relevance = names.pulled(c.relevance, &c.memory);
+            }
             c
         })
         .collect();

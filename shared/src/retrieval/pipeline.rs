@@ -6,13 +6,12 @@ use uuid::Uuid;
 use super::{
     Classification, RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
-    cooldown_token, fusion,
+    cooldown_token,
     mention::parse_mentions,
-    named_symbol::QueryWords,
-    ranking::{self, Named},
+    ranking,
     stage1::{self, BranchSettings, Candidate},
     taxonomy::Taxonomy,
-    time_anchor,
+    time_anchor::{self, TimeAnchor},
 };
 use crate::store::{self, ScopeFilter, SearchFilters, branches::CandidateExtras};
 
@@ -50,8 +49,8 @@ struct StageTimings {
 
 impl Retriever {
     /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
-    /// filter with its fallback, then the ranking (what the text names: dates, and for a question answered from code
-    /// the words of chunks' names). The second value says whether the fallback was used.
+    /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
+    /// the fallback was used.
     pub fn rank(
         &self,
         taxonomy: &Taxonomy,
@@ -61,10 +60,8 @@ impl Retriever {
         as_of: DateTime<Utc>,
         max_results: usize,
     ) -> (Vec<RankedMemory>, bool) {
-        let dates = time_anchor::named(text);
-        let words = fusion::answered_from_code(candidates.iter().map(|c| &c.memory)).then(|| QueryWords::of(text));
-        let named = Named { dates: &dates, words: words.as_ref() };
-        filter_and_rank(&self.config, taxonomy, classified, candidates, named, as_of, max_results)
+        let anchors = time_anchor::named(text);
+        filter_and_rank(&self.config, taxonomy, classified, candidates, &anchors, as_of, max_results)
     }
 }
 
@@ -76,12 +73,12 @@ fn filter_and_rank(
     taxonomy: &Taxonomy,
     classified: &[Uuid],
     candidates: &[Candidate],
-    named: Named<'_>,
+    anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> (Vec<RankedMemory>, bool) {
     let rank =
-        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, named, as_of, max_results);
+        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
     let everything: Vec<&Candidate> = candidates.iter().collect();
     if classified.is_empty() {
         return (rank(&everything), false);
@@ -94,11 +91,10 @@ fn filter_and_rank(
         // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
         // by itself send the query to the fallback (only then is the subset ranked a second time; the spec's
         // formula ignores dates).
-        let best = if named.dates.is_empty() || config.ranking == ranking::RankingFormula::Spec {
+        let best = if anchors.is_empty() || config.ranking == ranking::RankingFormula::Spec {
             ranked.first().map(|top| top.score)
         } else {
-            let undated = Named { dates: &[], ..named };
-            ranking::rank(config.ranking, &config.weights, &in_subtree, undated, as_of, 1).first().map(|top| top.score)
+            ranking::rank(config.ranking, &config.weights, &in_subtree, &[], as_of, 1).first().map(|top| top.score)
         };
         if best.is_some_and(|score| score >= config.min_top_score) {
             return (ranked, false);

@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     RankedMemory,
-    named_symbol::QueryWords,
     stage1::Candidate,
     time_anchor::{TimeAnchor, of_the_time},
 };
@@ -31,10 +30,9 @@ impl Default for RankingWeights {
 pub enum RankingFormula {
     /// The spec's composite: cosine × 0.5 + recency × 0.3 + confidence × 0.2 (the weights configurable).
     Spec,
-    /// Relevance from both branches ([`super::fusion::relevance`], in [0, 1]), raised by [`NAMED_PULL`] for a code
-    /// chunk whose name a question answered from code says, scaled down by at most [`NUDGE`] for age and low confidence, so they order
-    /// memories of similar relevance but never bury the relevant one, and by [`OFF_TIME_PENALTY`] for a memory not
-    /// of a date the query names.
+    /// Relevance from both branches ([`super::fusion::relevance`], in [0, 1]), scaled down by at most [`NUDGE`]
+    /// for age and low confidence, so they order memories of similar relevance but never bury the relevant one,
+    /// and by [`OFF_TIME_PENALTY`] for a memory not of a date the query names.
     #[default]
     Relevance,
 }
@@ -56,19 +54,6 @@ pub const NUDGE: f64 = 0.1;
 /// The share of its relevance a memory loses when the query names a time (`time_anchor`) it is not of. REALTALK
 /// nDCG@10 was the same within 0.0001 for penalties of 0.15, 0.3, 0.6 and 0.9 (docs/decisions.md).
 pub const OFF_TIME_PENALTY: f64 = 0.3;
-
-/// How far a code chunk whose name the query says moves towards full relevance: the whole way times this share
-/// of its name's words the query says ([`super::named_symbol`]). nDCG@10 chrono 0.2440 / 0.2648 / 0.2670 and
-/// jinja2 0.6119 / 0.6155 / 0.6125 at 0.3 / 0.5 / 0.7 (docs/experiments.md).
-pub const NAMED_PULL: f64 = 0.5;
-
-/// What a query names that Stage 4 favours memories by: dates, and in its words the names of code chunks (only a
-/// question answered from code has them, [`super::fusion::answered_from_code`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Named<'a> {
-    pub dates: &'a [TimeAnchor],
-    pub words: Option<&'a QueryWords>,
-}
 
 /// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
 pub fn half_life_days(memory_type: MemoryType) -> f64 {
@@ -95,7 +80,7 @@ pub fn rank(
     formula: RankingFormula,
     weights: &RankingWeights,
     candidates: &[&Candidate],
-    named: Named<'_>,
+    anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> Vec<RankedMemory> {
@@ -111,10 +96,8 @@ pub fn rank(
                 RankingFormula::Relevance => {
                     let (r, f) = (weights.recency, weights.confidence);
                     let share = if r + f > 0.0 { (r * recency + f * c.memory.confidence) / (r + f) } else { 0.5 };
-                    let time = if of_the_time(named.dates, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
-                    let name_share = named.words.and_then(|w| w.share_of_name(&c.memory)).unwrap_or(0.0);
-                    let relevance = c.relevance + NAMED_PULL * name_share * (1.0 - c.relevance);
-                    relevance * time * (1.0 - NUDGE + NUDGE * share)
+                    let time = if of_the_time(anchors, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
+                    c.relevance * time * (1.0 - NUDGE + NUDGE * share)
                 }
             };
             (score, *c)
@@ -137,11 +120,6 @@ pub fn rank(
 mod tests {
     use super::*;
     use chrono::Duration;
-
-    /// A query naming these dates and nothing else.
-    fn dates(dates: &[TimeAnchor]) -> Named<'_> {
-        Named { dates, words: None }
-    }
 
     #[test]
     fn composite_score_matches_the_formula_within_a_thousandth() {
@@ -194,36 +172,28 @@ mod tests {
         // The best match, eight months old, against a week-old memory that matched less.
         let answer = candidate(0.9, 240);
         let recent = candidate(0.75, 7);
-        let ranked =
-            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&recent, &answer], dates(&[]), now, 2);
+        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&recent, &answer], &[], now, 2);
         assert_eq!(ranked[0].memory.id, answer.memory.id);
-        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&recent, &answer], dates(&[]), now, 2);
+        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&recent, &answer], &[], now, 2);
         assert_eq!(spec[0].memory.id, recent.memory.id, "the spec formula lets recency decide here");
         // A query naming a day: the memory of that day outranks a more relevant one of another day; without the
         // date the more relevant one leads.
         let day = (now - Duration::days(30)).date_naive();
         let (of_the_day, other_day) = (candidate(0.7, 30), candidate(0.8, 90));
         let anchors = [TimeAnchor::On(day)];
-        let dated = rank(
-            RankingFormula::Relevance,
-            &RankingWeights::default(),
-            &[&other_day, &of_the_day],
-            dates(&anchors),
-            now,
-            2,
-        );
+        let dated =
+            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&other_day, &of_the_day], &anchors, now, 2);
         assert_eq!(dated[0].memory.id, of_the_day.memory.id);
         let undated =
-            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&other_day, &of_the_day], dates(&[]), now, 2);
+            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&other_day, &of_the_day], &[], now, 2);
         assert_eq!(undated[0].memory.id, other_day.memory.id);
-        let spec =
-            rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], dates(&anchors), now, 2);
+        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], &anchors, now, 2);
         let spec_undated =
-            rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], dates(&[]), now, 2);
+            rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], &[], now, 2);
         assert_eq!(spec[0].score, spec_undated[0].score, "the spec formula ignores dates");
         // Near ties: the newer one first.
         let (old, new) = (candidate(0.8, 240), candidate(0.79, 7));
-        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&old, &new], dates(&[]), now, 2);
+        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&old, &new], &[], now, 2);
         assert_eq!(ranked[0].memory.id, new.memory.id);
         assert!(ranked.iter().all(|r| (0.0..=1.0).contains(&r.score)));
     }

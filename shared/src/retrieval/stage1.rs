@@ -99,7 +99,7 @@ pub async fn gather(
     }
 
     Ok(CandidateSet {
-        candidates: fusion::fuse(vector_rows, keyword_rows, settings.rows_per_branch, settings.kept_after_fusion),
+        candidates: fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion),
         degraded_reasons,
     })
 }

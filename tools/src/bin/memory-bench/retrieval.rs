@@ -148,8 +148,13 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         // Fusion, then Stages 2-4 as passive mode runs them (rule classification, subtree filter with its
         // fallback, ranking), through the pipeline's own functions.
         let t = Instant::now();
-        let fused =
-            fusion::fuse(vector_rows, keyword_rows, timed_branches.rows_per_branch, timed_branches.kept_after_fusion);
+        let fused = fusion::fuse(
+            vector_rows,
+            keyword_rows,
+            &probe.text,
+            timed_branches.rows_per_branch,
+            timed_branches.kept_after_fusion,
+        );
         let classified = taxonomy.classify_by_rules(&probe.text);
         let ranked = retriever.rank(&taxonomy, &classified, &fused, &probe.text, Utc::now(), max_results);
         fusion.push(ms(t));
