@@ -171,10 +171,10 @@ pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -
 
 /// Merges the branch lists by memory id, scores each candidate (RRF and relevance) and keeps the best `kept` by
 /// RRF score (ties by id). In a question `text` answered from code, a chunk whose name the question says is pulled
-/// towards full relevance ([`QueryWords::pulled`]). `depth` is the rows each branch was asked for: a keyword list that long may have left
-/// out memories that match as well as its last row, so in the keyword-led blend a candidate it does not hold counts
-/// that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or up to 0.001 higher,
-/// Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
+/// towards full relevance ([`QueryWords::pulled`]). `depth` is the rows each branch was asked for: a keyword list
+/// that long may have left out memories that match as well as its last row, so in the keyword-led blend a candidate
+/// it does not hold counts that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or
+/// up to 0.001 higher, Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
 pub fn fuse(
     vector_rows: Vec<CandidateRow>,
     keyword_rows: Vec<CandidateRow>,
