@@ -253,6 +253,11 @@ fn candidate(row: CandidateRow, vector_rank: Option<usize>, keyword_rank: Option
 mod tests {
     use super::*;
 
+    /// The keyword score (BM25 / (1 + BM25)) a BM25 score makes.
+    fn keyword(bm25: f64) -> Option<f64> {
+        Some(bm25 / (1.0 + bm25))
+    }
+
     #[test]
     fn rrf_rewards_agreement_between_lists() {
         let both = rrf(&[Some(3), Some(3)]);
@@ -284,7 +289,6 @@ mod tests {
         let cosines: Vec<f64> = std::iter::once(0.82).chain((0..49).map(|i| 0.40 - 0.001 * i as f64)).collect();
         let flat_bm25: Vec<f64> = (0..50).map(|i| 2.1 - 0.02 * i as f64).collect();
         let led = StandingBlend::of(&cosines, &flat_bm25).expect("the vector branch leads");
-        let keyword = |bm25: f64| Some(bm25 / (1.0 + bm25));
         // The neighbour without a keyword match outranks the best keyword match far from the query.
         assert!(led.relevance(Some(0.82), None) > led.relevance(Some(0.39), keyword(2.1)));
         assert!((0.0..=1.0).contains(&led.relevance(Some(0.82), keyword(2.1))));
@@ -303,7 +307,6 @@ mod tests {
         assert_eq!(StandingBlend::of(&near, &peaked_bm25), None);
         let distant: Vec<f64> = near.iter().map(|c| c - 0.3).collect();
         let blend = StandingBlend::of(&distant, &peaked_bm25).expect("a distant neighbour does not let keywords lead");
-        let keyword = |bm25: f64| Some(bm25 / (1.0 + bm25));
         // Both branches count: the nearest neighbour without a keyword match against the best keyword match far
         // from the query, and a memory best in both above either.
         let (neighbour, matched) = (blend.relevance(Some(0.52), None), blend.relevance(Some(0.1), keyword(9.0)));
