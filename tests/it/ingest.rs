@@ -8,6 +8,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use integration_tests::{Db, FixedEmbedder, axis, memory, outbox_counts, retriever, vector_with_similarity};
 use memory_core::{
     domain::{MemoryStatus, TrustLevel},
+    embed::{EmbedError, Embedder},
     ingest::{Admission, IngestBatch, Ingestor},
     jobs::JobType,
     lifecycle::{contradiction::ContradictionDetector, synthesis::EntitySynthesizer},
@@ -789,4 +790,48 @@ async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies
     .await
     .unwrap();
     assert_eq!(forgotten, 1);
+}
+
+/// A model that returns one vector fewer than it was given texts.
+struct OneShortEmbedder(FixedEmbedder);
+
+#[async_trait::async_trait]
+impl Embedder for OneShortEmbedder {
+    fn dimension(&self) -> usize {
+        self.0.dimension()
+    }
+    fn model_id(&self) -> &str {
+        "one-short"
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut vectors = self.0.embed(texts).await?;
+        vectors.pop();
+        Ok(vectors)
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_model_that_returns_too_few_vectors_fails_the_batch_and_loses_no_memory(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let texts = ["Deploys happen on Tuesdays", "Lunch is at noon"];
+    let embedder = || FixedEmbedder::default().with(texts[0], axis(0)).with(texts[1], axis(1));
+    let message = batch(org, "b1", texts.iter().map(|t| turn(t)).collect());
+
+    let short = Ingestor::new(db.app.clone(), Arc::new(OneShortEmbedder(embedder())));
+    let error = short.ingest(&message, Admission::Candidate).await.unwrap_err().to_string();
+    assert!(error.contains("1 vectors for 2 texts"), "{error}");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM memory WHERE organization_id = $1")
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "nothing written, so the redelivery writes everything");
+
+    let receipt =
+        Ingestor::new(db.app.clone(), Arc::new(embedder())).ingest(&message, Admission::Candidate).await.unwrap();
+    assert_eq!((receipt.created, receipt.replayed), (2, false));
 }

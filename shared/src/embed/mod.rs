@@ -47,12 +47,17 @@ pub trait Embedder: Send + Sync {
         vectors.pop().ok_or_else(|| EmbedError::Inference("no vector returned".into()))
     }
 
-    /// [`Embedder::embed`] within `budget`; over it, `Unavailable`.
+    /// [`Embedder::embed`] within `budget`; over it, `Unavailable`. Another number of vectors than of texts is an
+    /// inference failure, so no caller pairs texts with vectors that are not theirs or drops a text.
     async fn embed_within(&self, texts: &[String], budget: Duration) -> Result<Vec<Vec<f32>>, EmbedError> {
-        match tokio::time::timeout(budget, self.embed(texts)).await {
-            Ok(vectors) => vectors,
-            Err(_) => Err(EmbedError::Unavailable(format!("embedding took longer than {budget:?}"))),
+        let vectors = match tokio::time::timeout(budget, self.embed(texts)).await {
+            Ok(vectors) => vectors?,
+            Err(_) => return Err(EmbedError::Unavailable(format!("embedding took longer than {budget:?}"))),
+        };
+        if vectors.len() != texts.len() {
+            return Err(EmbedError::Inference(format!("{} vectors for {} texts", vectors.len(), texts.len())));
         }
+        Ok(vectors)
     }
 }
 
