@@ -278,6 +278,43 @@ async fn the_same_batch_delivered_twice_changes_nothing(opts: PgPoolOptions, con
     assert_eq!(unsent_jobs(&db, org).await, jobs);
 }
 
+/// A batch id names one batch: its redelivery is acknowledged and changes nothing, but other memories sent under it
+/// fail the message (to be retried, then dead-lettered) instead of being dropped as a redelivery.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn other_memories_under_a_batch_id_already_ingested_fail_the_message_and_are_not_dropped(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let sdk = sdk().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sdk, format!("t-{}-batch-ids", org.simple())).await;
+    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("a new fact", axis(1)));
+    let worker = workers::Worker::new(db.app.clone(), Ingestor::new(db.app.clone(), embedder));
+    let deliver = async |id: &str, batch: IngestBatch| -> Vec<String> {
+        through_queue(&sqs, &url, &worker, id, serde_json::to_string(&batch).unwrap()).await
+    };
+    let first = batch(org, "run-9/turns-1-12", vec![turn("a fact")]);
+    let changed = batch(org, "run-9/turns-1-12", vec![turn("a fact"), turn("a new fact")]);
+
+    assert!(deliver("first", first.clone()).await.is_empty());
+    assert!(deliver("redelivered", first).await.is_empty(), "a redelivery is acknowledged");
+    assert_eq!(deliver("changed", changed.clone()).await, vec!["changed"], "not acknowledged as a redelivery");
+    assert_eq!(statuses(&db, org).await.len(), 1);
+    let error = Ingestor::new(db.app.clone(), Arc::new(FixedEmbedder::default().with("a fact", axis(0))))
+        .ingest(&changed, Admission::Candidate)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("run-9/turns-1-12") && error.contains("new batch_id"), "{error}");
+
+    let renamed = IngestBatch { batch_id: "run-9/turns-1-12/v2".into(), ..changed };
+    assert!(deliver("renamed", renamed).await.is_empty());
+    let stored: Vec<String> = statuses(&db, org).await.into_iter().map(|(content, _)| content).collect();
+    assert_eq!(stored, ["a fact", "a new fact"]);
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn concurrent_batches_with_the_same_text_store_it_once(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

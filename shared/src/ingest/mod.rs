@@ -209,17 +209,18 @@ impl Ingestor {
     pub async fn ingest(&self, batch: &IngestBatch, admission: Admission) -> crate::Result<IngestReceipt> {
         let org = batch.organization_id;
         let checked = check(batch)?;
+        let digest = digest(batch);
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        let seen = store::ingest::batch_ids(&mut tx, org, &batch.batch_id).await?;
+        let seen = store::ingest::ingested_batch(&mut tx, org, &batch.batch_id).await?;
         tx.commit().await?;
-        if let Some(memory_ids) = seen {
-            return Ok(replayed(memory_ids));
+        if let Some(seen) = seen {
+            return replayed(batch, &digest, seen);
         }
         let vectors = self.embed(&checked).await?;
 
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        if let Some(memory_ids) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id).await? {
-            return Ok(replayed(memory_ids));
+        if let Some(seen) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest).await? {
+            return replayed(batch, &digest, seen);
         }
         // The batch's entities and taxonomy nodes first, in one sorted pass: without row locks on existing ones,
         // so concurrent batches naming the same entities neither queue nor deadlock.
@@ -347,8 +348,21 @@ fn body(job: impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(job).expect("a job serialises")
 }
 
-fn replayed(memory_ids: Vec<Uuid>) -> IngestReceipt {
-    IngestReceipt { memory_ids, created: 0, duplicates: 0, replayed: true }
+/// What a batch holds, as recorded with its id: its memories as JSON (object keys sorted), hashed.
+fn digest(batch: &IngestBatch) -> String {
+    content_hash(&serde_json::to_vec(&batch.memories).expect("memories serialise"))
+}
+
+/// A batch id seen before: a redelivery gets the ids of the first delivery and changes nothing; other memories
+/// under the same id are refused (the message fails, so they are not lost as a "redelivery").
+fn replayed(batch: &IngestBatch, digest: &str, seen: store::ingest::IngestedBatch) -> crate::Result<IngestReceipt> {
+    if seen.digest.as_deref().is_some_and(|d| d != digest) {
+        return Err(crate::Error::validation(format!(
+            "batch_id {:?} was ingested before with other memories; send changed memories under a new batch_id",
+            batch.batch_id
+        )));
+    }
+    Ok(IngestReceipt { memory_ids: seen.memory_ids, created: 0, duplicates: 0, replayed: true })
 }
 
 /// Checks every memory of the batch; the first problem refuses the whole batch.

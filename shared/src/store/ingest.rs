@@ -10,33 +10,43 @@ use uuid::Uuid;
 
 use crate::domain::Readership;
 
-/// Reserves `batch_id` for this transaction. None: the caller ingests it; Some(ids): it was ingested before
-/// (a concurrent delivery waits here until the first commits, then gets its ids).
+/// A batch ingested before: the ids its memories got, in message order, and the digest of what it held (None for
+/// batches recorded before digests were).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct IngestedBatch {
+    pub memory_ids: Vec<Uuid>,
+    pub digest: Option<String>,
+}
+
+/// Reserves `batch_id` for this transaction, recording the batch's `digest`. None: the caller ingests it; Some: it
+/// was ingested before (a concurrent delivery waits here until the first commits, then gets its record).
 pub async fn reserve_batch(
     conn: &mut PgConnection,
     organization_id: Uuid,
     batch_id: &str,
-) -> sqlx::Result<Option<Vec<Uuid>>> {
+    digest: &str,
+) -> sqlx::Result<Option<IngestedBatch>> {
     let reserved = sqlx::query(
-        "INSERT INTO memory_ingest_batch (organization_id, batch_id, memory_ids) VALUES ($1, $2, '{}') \
+        "INSERT INTO memory_ingest_batch (organization_id, batch_id, memory_ids, digest) VALUES ($1, $2, '{}', $3) \
          ON CONFLICT DO NOTHING",
     )
     .bind(organization_id)
     .bind(batch_id)
+    .bind(digest)
     .execute(&mut *conn)
     .await?
     .rows_affected()
         == 1;
-    if reserved { Ok(None) } else { batch_ids(conn, organization_id, batch_id).await }
+    if reserved { Ok(None) } else { ingested_batch(conn, organization_id, batch_id).await }
 }
 
-/// The ids of a batch ingested before, without reserving it.
-pub async fn batch_ids(
+/// The record of a batch ingested before, without reserving it.
+pub async fn ingested_batch(
     conn: &mut PgConnection,
     organization_id: Uuid,
     batch_id: &str,
-) -> sqlx::Result<Option<Vec<Uuid>>> {
-    sqlx::query_scalar("SELECT memory_ids FROM memory_ingest_batch WHERE organization_id = $1 AND batch_id = $2")
+) -> sqlx::Result<Option<IngestedBatch>> {
+    sqlx::query_as("SELECT memory_ids, digest FROM memory_ingest_batch WHERE organization_id = $1 AND batch_id = $2")
         .bind(organization_id)
         .bind(batch_id)
         .fetch_optional(conn)
