@@ -5,7 +5,7 @@ use std::{process::Command, sync::Arc};
 
 use integration_tests::{Db, minilm};
 use memory_core::{
-    code::{RepositoryReader, Snapshot, blob_sha, import},
+    code::{FileReadError, FileReader, RepositoryReader, Snapshot, blob_sha, import},
     domain::{Memory, MemoryStatus, TrustLevel},
     ingest::{Admission, IngestBatch, Ingestor},
     lifecycle::file_scan::{FileScanner, ScanReport},
@@ -287,6 +287,46 @@ async fn a_blob_sha_of_an_earlier_commit_is_honest_and_keeps_its_trust(opts: PgP
     // The file moves on before the first scan: the SHA the import named is still in the repository's history.
     s.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
     s.repo.commit("a host");
+    let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!((report.mismatched, report.replaced, report.moved, report.unchanged), (0, 1, 1, 1), "{report:?}");
+    assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));
+}
+
+/// The repository as read at HEAD, whose object database fails when asked about history (a pack being rewritten
+/// by `git gc` or a sync, say).
+struct HistoryUnreadable(RepositoryReader);
+
+#[async_trait::async_trait]
+impl FileReader for HistoryUnreadable {
+    async fn read(&self, org: Uuid, project: Uuid, path: &str) -> Result<Option<Vec<u8>>, FileReadError> {
+        self.0.read(org, project, path).await
+    }
+    async fn holds_blob(&self, _org: Uuid, _project: Uuid, _sha: &str) -> Result<Option<bool>, FileReadError> {
+        Err(FileReadError::Repository("the pack file could not be read".into()))
+    }
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_repository_whose_history_cannot_be_read_leaves_trust_to_a_later_scan(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let s = Setup::new(opts, conn).await;
+    s.repo.write("src/config.rs", CONFIG_RS);
+    s.repo.commit("first");
+    s.ingest(&s.plan().batches).await;
+    s.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
+    s.repo.commit("a host");
+
+    // Whether the SHA the import named is in the history cannot be told: no verdict, the scan says why.
+    let failing = Arc::new(HistoryUnreadable(RepositoryReader::new(&s.root, "HEAD", 64 * 1024)));
+    let report = FileScanner::new(failing).with_embedder(minilm()).scan(&s.db.app, s.org).await.unwrap();
+    assert_eq!((report.mismatched, report.failed), (0, 3), "{report:?}");
+    for memory in s.active().await {
+        assert_eq!(memory.provenance.trust_level, TrustLevel::Verified);
+        assert!(memory.file_scan_error.as_deref().unwrap().contains("pack file"), "{memory:?}");
+    }
+    // The next scan that can read it finds the SHA in the history: honest, still verified.
     let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
     assert_eq!((report.mismatched, report.replaced, report.moved, report.unchanged), (0, 1, 1, 1), "{report:?}");
     assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));

@@ -36,10 +36,15 @@ pub trait FileReader: Send + Sync {
     async fn read(&self, organization_id: Uuid, project_id: Uuid, path: &str)
     -> Result<Option<Vec<u8>>, FileReadError>;
 
-    /// Whether the repository holds a blob (file content) of this SHA, from any commit: Some when the reader can
-    /// tell.
-    async fn holds_blob(&self, _organization_id: Uuid, _project_id: Uuid, _sha: &str) -> Option<bool> {
-        None
+    /// Whether the repository holds a blob (file content) of this SHA, from any commit: `Ok(None)` when the reader
+    /// cannot tell (not a git repository), an error when the repository could not be read.
+    async fn holds_blob(
+        &self,
+        _organization_id: Uuid,
+        _project_id: Uuid,
+        _sha: &str,
+    ) -> Result<Option<bool>, FileReadError> {
+        Ok(None)
     }
 }
 
@@ -186,14 +191,23 @@ impl FileReader for GitReader {
         .map_err(|e| FileReadError::Refused(format!("reader task failed: {e}")))?
     }
 
-    async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
+    async fn holds_blob(
+        &self,
+        organization_id: Uuid,
+        project_id: Uuid,
+        sha: &str,
+    ) -> Result<Option<bool>, FileReadError> {
         let repository = project_folder(&self.root, organization_id, project_id);
-        let id = gix::ObjectId::from_hex(sha.as_bytes()).ok()?;
+        let Ok(id) = gix::ObjectId::from_hex(sha.as_bytes()) else { return Ok(Some(false)) };
+        let failed = |e: &dyn std::fmt::Display| FileReadError::Repository(e.to_string());
         let held = move || {
-            let repository = gix::open(repository).ok()?;
-            Some(repository.find_header(id).is_ok_and(|header| header.kind() == gix::object::Kind::Blob))
+            let repository = gix::open(repository).map_err(|e| failed(&e))?;
+            let header = repository.try_find_header(id).map_err(|e| failed(&e))?;
+            Ok(Some(header.is_some_and(|header| header.kind() == gix::object::Kind::Blob)))
         };
-        tokio::task::spawn_blocking(held).await.ok()?
+        tokio::task::spawn_blocking(held)
+            .await
+            .map_err(|e| FileReadError::Refused(format!("reader task failed: {e}")))?
     }
 }
 
@@ -247,11 +261,16 @@ impl FileReader for RepositoryReader {
         }
     }
 
-    async fn holds_blob(&self, organization_id: Uuid, project_id: Uuid, sha: &str) -> Option<bool> {
+    async fn holds_blob(
+        &self,
+        organization_id: Uuid,
+        project_id: Uuid,
+        sha: &str,
+    ) -> Result<Option<bool>, FileReadError> {
         if self.is_git(organization_id, project_id) {
             self.git.holds_blob(organization_id, project_id, sha).await
         } else {
-            None
+            Ok(None)
         }
     }
 }

@@ -20,7 +20,10 @@ use uuid::Uuid;
 
 pub use crate::code::reader::DEFAULT_MAX_FILE_BYTES;
 use crate::{
-    code::{Chunk, FileReader, Language, blob_sha, chunk_file, reader::is_blob_sha},
+    code::{
+        Chunk, FileReader, Language, blob_sha, chunk_file,
+        reader::{FileReadError, is_blob_sha},
+    },
     domain::{Anchor, Memory, MemoryStatus, NewMemory, Scope, TrustLevel, content_hash},
     embed::Embedder,
     jobs::{FileCursor, FileScanJob, JobType},
@@ -252,8 +255,9 @@ impl FileScanner {
                 let outcome = match &file {
                     None => Outcome::Missing,
                     Some(file) => match self.disowned(memory, project, file).await {
-                        Some(claimed) => mismatch(&claimed, &file.sha),
-                        None => examine(memory, file),
+                        Ok(Some(claimed)) => mismatch(&claimed, &file.sha),
+                        Ok(None) => examine(memory, file),
+                        Err(e) => Outcome::Unreadable(e.to_string()),
                     },
                 };
                 self.apply(pool, memory, outcome, &mut report).await?;
@@ -337,15 +341,18 @@ impl FileScanner {
     }
 
     /// The blob SHA a `verified` memory was ingested with, when no scan has confirmed it and the repository does
-    /// not hold it (a reader that cannot tell compares it with the file as it is now).
-    async fn disowned(&self, memory: &Memory, project: Uuid, file: &ReadFile) -> Option<String> {
-        let claimed = memory.content_hash.as_deref().filter(|h| is_blob_sha(h) && *h != file.sha)?;
+    /// not hold it (a reader that cannot tell compares it with the file as it is now). A repository that could not
+    /// be read is an error: the memory keeps its trust until a scan can tell.
+    async fn disowned(&self, memory: &Memory, project: Uuid, file: &ReadFile) -> Result<Option<String>, FileReadError> {
+        let Some(claimed) = memory.content_hash.as_deref().filter(|h| is_blob_sha(h) && *h != file.sha) else {
+            return Ok(None);
+        };
         let unproven = memory.provenance.trust_level == TrustLevel::Verified && memory.last_verified_at.is_none();
         if !unproven {
-            return None;
+            return Ok(None);
         }
-        let held = self.reader.holds_blob(memory.organization_id, project, claimed).await;
-        (held != Some(true)).then(|| claimed.to_string())
+        let held = self.reader.holds_blob(memory.organization_id, project, claimed).await?;
+        Ok((held != Some(true)).then(|| claimed.to_string()))
     }
 
     /// The memory as the chunk now reads, embedded.
