@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use axum::{Json, Router, extract::State, routing::post};
 use memory_core::{
     embed::{Embedder, TitanEmbedder},
-    llm::{BedrockLlm, InvocationPurpose, Llm, LlmRequest},
+    llm::{BedrockLlm, InvocationPurpose, Llm, LlmError, LlmRequest},
 };
 use serde_json::{Value, json};
 
@@ -18,10 +18,12 @@ async fn stub() -> (String, Seen) {
         axum::extract::Path(model): axum::extract::Path<String>,
         Json(body): Json<Value>,
     ) -> Json<Value> {
+        // A budget of one token is used up: the model stops there.
+        let stop = if body["inferenceConfig"]["maxTokens"] == 1 { "max_tokens" } else { "end_turn" };
         seen.lock().unwrap().push((model, body));
         Json(json!({
             "output": { "message": { "role": "assistant", "content": [{ "text": "{\"nodes\": [\"workflow\"]}" }] } },
-            "stopReason": "end_turn",
+            "stopReason": stop,
             "usage": { "inputTokens": 10, "outputTokens": 5, "totalTokens": 15 },
             "metrics": { "latencyMs": 3 }
         }))
@@ -98,4 +100,19 @@ async fn titan_adapter_requests_the_configured_dimensions() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen[0].1["inputText"], "hello");
     assert_eq!(seen[0].1["normalize"], true);
+}
+
+#[tokio::test]
+async fn an_answer_cut_off_at_max_tokens_is_malformed_not_taken_as_whole() {
+    let (url, _) = stub().await;
+    let llm = BedrockLlm::new(client(&url), "anthropic.claude-3-5-haiku-20241022-v1:0");
+    let request = |max_tokens| LlmRequest {
+        purpose: InvocationPurpose::MemoryMerge,
+        system: "merge".into(),
+        prompt: "A: x B: y".into(),
+        max_tokens,
+    };
+    let error = llm.complete(request(1)).await.unwrap_err();
+    assert!(matches!(&error, LlmError::Malformed(m) if m.contains("cut off at 1 tokens")), "{error}");
+    assert!(llm.complete(request(50)).await.is_ok());
 }

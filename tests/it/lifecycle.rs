@@ -364,3 +364,46 @@ mod file_scan {
         std::fs::remove_dir_all(root).unwrap();
     }
 }
+
+/// The model decides only on what it is shown: a pair with a memory longer than a prompt quotes is kept without
+/// asking, and a merged text the model could not finish (cut off at its budget) is not stored over its sources.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_pair_the_model_cannot_read_whole_or_merge_whole_is_kept(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::llm::LlmError;
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let checklist =
+        format!("Release checklist: {} Finally, page the on-call owner.", "run the migrations; ".repeat(120));
+    let long = memory(org, &checklist).insert(&db).await;
+    let short = memory(org, "Release checklist: run the migrations").insert(&db).await;
+    let c = memory(org, "The API uses port 8080").insert(&db).await;
+    let d = memory(org, "The API listens on 8080 over TLS").insert(&db).await;
+    let llm = Arc::new(
+        ScriptedLlm::new()
+            .on(InvocationPurpose::MemoryDedup, |_| Ok(r#"{"decisions":[{"pair":0,"decision":"merge"}]}"#.into()))
+            .on(InvocationPurpose::MemoryMerge, |_| {
+                Err(LlmError::Malformed("the answer was cut off at 1200 tokens".into()))
+            }),
+    );
+    let pairs = [DedupPair { a: long.id, b: short.id }, DedupPair { a: c.id, b: d.id }];
+    Deduper::new(llm.clone(), None).review_cluster(&db.app, org, &pairs).await.unwrap();
+
+    let asked = llm.calls();
+    assert!(asked.iter().all(|call| !call.prompt.contains("on-call owner")), "the long memory is not asked about");
+    assert_eq!(asked.iter().filter(|call| call.purpose == InvocationPurpose::MemoryMerge).count(), 1);
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    for memory in [&long, &short, &c, &d] {
+        let now = store::memories::get(&mut *tx, org, memory.id).await.unwrap().unwrap();
+        assert_eq!(now.status, MemoryStatus::Active, "{}", now.content);
+    }
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT reason FROM memory_dedup_pair WHERE organization_id = $1 AND decision = 'keep_both' ORDER BY reason",
+    )
+    .bind(org)
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains(&format!("memory {} is longer than the 2000 characters", long.id)), "{reasons:?}");
+    assert!(reasons[1].contains("merged text was unusable: ") && reasons[1].contains("cut off"), "{reasons:?}");
+}

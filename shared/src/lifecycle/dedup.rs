@@ -32,8 +32,10 @@ use crate::{
 
 /// Pairs reviewed per model call.
 pub const PAIRS_PER_CALL: usize = 10;
-/// Characters of one memory quoted in a prompt at most.
+/// Characters of one memory quoted in a prompt at most; a pair with a longer memory is kept without asking.
 const QUOTED_CHARS: usize = 2_000;
+/// The merged text's budget: room for two memories of [`QUOTED_CHARS`] (a text cut off there is not stored).
+const MERGE_MAX_TOKENS: i32 = 1_200;
 
 /// How long a leased deferred pair is reserved for one reviewer.
 const LEASE_MS: i64 = 5 * 60 * 1000;
@@ -110,26 +112,36 @@ impl Deduper {
 
     async fn review(&self, pool: &PgPool, organization_id: Uuid, batch: &[DedupPair]) -> crate::Result<usize> {
         let open = self.read_open_pairs(pool, organization_id, batch).await?;
-        // Where neither memory may replace the other there is nothing to ask the model: the pair is kept.
-        let (ask, kept): (Vec<_>, Vec<_>) =
-            open.into_iter().partition(|(a, b)| forbids_replacing(a, b).is_none() || forbids_replacing(b, a).is_none());
-        let mut proposals: Vec<Proposal> = kept
-            .into_iter()
-            .map(|(a, b)| {
-                let reason = forbids_replacing(&a, &b);
-                Proposal { a, b, decision: DedupDecision::KeepBoth, reason, merged: None }
-            })
-            .collect();
+        let keep = |a: &Memory, b: &Memory, reason: String| Proposal {
+            a: a.clone(),
+            b: b.clone(),
+            decision: DedupDecision::KeepBoth,
+            reason: Some(reason),
+            merged: None,
+        };
+        let mut proposals = Vec::new();
+        let mut ask = Vec::new();
+        for (a, b) in open {
+            match kept_without_asking(&a, &b) {
+                Some(reason) => proposals.push(keep(&a, &b, reason)),
+                None => ask.push((a, b)),
+            }
+        }
         if !ask.is_empty() {
             for ((a, b), decision) in ask.iter().zip(self.decisions(&ask).await?) {
                 let Some(decision) = decision else {
-                    let reason = Some("the model's answer for this pair was unusable".to_string());
-                    let (a, b) = (a.clone(), b.clone());
-                    proposals.push(Proposal { a, b, decision: DedupDecision::KeepBoth, reason, merged: None });
+                    proposals.push(keep(a, b, "the model's answer for this pair was unusable".into()));
                     continue;
                 };
                 let merged = match decision {
-                    DedupDecision::Merge if forbids_merging(a, b).is_none() => Some(self.merged(a, b).await?),
+                    DedupDecision::Merge if forbids_merging(a, b).is_none() => match self.merged(a, b).await {
+                        Ok(merged) => Some(merged),
+                        Err(error) if unusable(&error) => {
+                            proposals.push(keep(a, b, format!("the model's merged text was unusable: {error}")));
+                            continue;
+                        }
+                        Err(error) => return Err(error),
+                    },
                     _ => None,
                 };
                 proposals.push(Proposal { a: a.clone(), b: b.clone(), decision, reason: None, merged });
@@ -214,7 +226,6 @@ impl Deduper {
     /// pair, and a pair whose own answer is unusable gets none (it is kept, with the reason), so one pair whose text
     /// derails the model does not block the others. A model that fails (rather than answers badly) fails the review.
     async fn decisions(&self, pairs: &[(Memory, Memory)]) -> crate::Result<Vec<Option<DedupDecision>>> {
-        let unusable = |error: &crate::Error| matches!(error, crate::Error::Llm(LlmError::Malformed(_)));
         match self.classify(pairs).await {
             Ok(decisions) => Ok(decisions.into_iter().map(Some).collect()),
             Err(error) if unusable(&error) => {
@@ -289,7 +300,7 @@ impl Deduper {
                          Answer with the merged text only."
                     .into(),
                 prompt: format!("A: {}B: {}", quoted(&a.content, QUOTED_CHARS), quoted(&b.content, QUOTED_CHARS)),
-                max_tokens: 400,
+                max_tokens: MERGE_MAX_TOKENS,
             })
             .await?;
         let mut new = NewMemory::replacing(a, content.trim());
@@ -320,4 +331,21 @@ fn recorded<T>(decision: DedupDecision, outcome: Outcome<T>) -> (DedupDecision, 
         Outcome::Applied(_) => (decision, None),
         Outcome::Held(why) => (DedupDecision::KeepBoth, Some(format!("held for review: {why}"))),
     }
+}
+
+/// Why a pair is kept without asking the model: a memory longer than the model is shown (it would decide, and
+/// merge, on part of it), or neither memory may replace the other.
+fn kept_without_asking(a: &Memory, b: &Memory) -> Option<String> {
+    if let Some(long) = [a, b].into_iter().find(|m| m.content.chars().count() > QUOTED_CHARS) {
+        return Some(format!("memory {} is longer than the {QUOTED_CHARS} characters the model is shown", long.id));
+    }
+    match (forbids_replacing(a, b), forbids_replacing(b, a)) {
+        (Some(reason), Some(_)) => Some(reason),
+        _ => None,
+    }
+}
+
+/// A model answer that cannot be used (malformed, or cut off): the pair is kept, not retried.
+fn unusable(error: &crate::Error) -> bool {
+    matches!(error, crate::Error::Llm(LlmError::Malformed(_)))
 }

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use aws_sdk_bedrockruntime::{
     Client,
     error::DisplayErrorContext,
-    types::{ContentBlock, ConversationRole, InferenceConfiguration, Message, SystemContentBlock},
+    types::{ContentBlock, ConversationRole, InferenceConfiguration, Message, StopReason, SystemContentBlock},
 };
 
 use super::{Llm, LlmError, LlmRequest};
@@ -39,6 +39,10 @@ impl Llm for BedrockLlm {
             .send()
             .await
             .map_err(|e| LlmError::Call(DisplayErrorContext(e).to_string()))?;
+        // An answer cut off at max_tokens is not an answer: a truncated merge or profile would be stored as whole.
+        if output.stop_reason == StopReason::MaxTokens {
+            return Err(LlmError::Malformed(format!("the answer was cut off at {} tokens", request.max_tokens)));
+        }
         let message = output
             .output
             .and_then(|o| o.as_message().ok().cloned())
