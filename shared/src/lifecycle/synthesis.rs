@@ -32,6 +32,9 @@ pub use crate::domain::MENTION_THRESHOLD;
 pub const SOURCES_PER_PROFILE: usize = 40;
 /// Characters of one source quoted in a synthesis prompt at most.
 const SOURCE_CHARS: usize = 600;
+/// A profile's token budget: a concise profile fits well within it, and one the model cuts off there is not stored
+/// (the job fails and is retried).
+const PROFILE_MAX_TOKENS: i32 = 1_000;
 /// Partitions (model calls) one job synthesises at most; a job that leaves some queues another for them.
 pub const PARTITIONS_PER_JOB: usize = 8;
 
@@ -127,7 +130,7 @@ impl EntitySynthesizer {
                         chosen.len(),
                         partition.sources.len()
                     ),
-                    max_tokens: 500,
+                    max_tokens: PROFILE_MAX_TOKENS,
                 })
                 .await?;
             let mut profile = profile_memory(&partition, entity_id, summary.trim());
