@@ -592,3 +592,46 @@ async fn a_forgotten_memory_merged_and_profiled_is_found_nowhere(opts: PgPoolOpt
         3
     );
 }
+
+/// A text superseded and later stated again is exported twice (its history and its current memory); the import
+/// stores the text once, and that copy stays current: the old memory's history does not supersede it.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_text_superseded_and_stated_again_stays_current_after_an_import(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::ingest::{Admission, IngestBatch, Ingestor, export};
+    let db = Db::new(opts, conn).await;
+    let (from, to) = (Uuid::now_v7(), Uuid::now_v7());
+    let (mondays, tuesdays) = ("billing-api deploys on Mondays", "billing-api deploys on Tuesdays");
+    let embedder = integration_tests::FixedEmbedder::default()
+        .with(mondays, integration_tests::axis(0))
+        .with(tuesdays, integration_tests::axis(1));
+    let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder));
+    let state = async |org: Uuid, batch_id: &str, content: &str| -> Uuid {
+        let message: IngestBatch = serde_json::from_value(serde_json::json!({"organization_id": org,
+            "batch_id": batch_id, "memories": [{"content": content, "memory_type": "semantic", "scope": "org",
+            "provenance": {"source_kind": "human", "source_ref": "alice", "trust_level": "verified"}}]}))
+        .unwrap();
+        ingestor.ingest(&message, Admission::Active).await.unwrap().memory_ids[0]
+    };
+    let first = state(from, "b1", mondays).await;
+    let second = state(from, "b2", tuesdays).await;
+    let mut tx = store::begin_for_org(&db.admin, from).await.unwrap();
+    store::transitions::supersede(&mut tx, from, first, second, "test").await.unwrap();
+    tx.commit().await.unwrap();
+    let again = state(from, "b3", mondays).await;
+    assert_ne!(again, first, "stated again: a memory of its own");
+
+    let batches = export::export(&db.app, from, to).await.unwrap();
+    let mut receipts = Vec::new();
+    for batch in &batches {
+        receipts.push(ingestor.ingest(batch, Admission::Active).await.unwrap());
+    }
+    export::restore_history(&db.app, to, &batches, &receipts).await.unwrap();
+    let current: Vec<String> = sqlx::query_scalar(
+        "SELECT content FROM memory WHERE organization_id = $1 AND status = 'active' ORDER BY content",
+    )
+    .bind(to)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(current, [mondays, tuesdays], "what is current where it came from is current here");
+}

@@ -113,10 +113,16 @@ pub async fn restore_history(
     receipts: &[IngestReceipt],
 ) -> crate::Result<usize> {
     let mut copy_of = std::collections::HashMap::new();
+    // A copy that an exported active memory also landed on (the same text and readers, stored once) stays current,
+    // whatever the history of the others that share it.
+    let mut current_copies = std::collections::HashSet::new();
     for (batch, receipt) in batches.iter().zip(receipts) {
         for (memory, id) in batch.memories.iter().zip(&receipt.memory_ids) {
             if let Some(history) = &memory.history {
                 copy_of.insert(history.id, *id);
+                if history.status == crate::domain::MemoryStatus::Active {
+                    current_copies.insert(*id);
+                }
             }
         }
     }
@@ -124,7 +130,7 @@ pub async fn restore_history(
     let mut restored = 0;
     let histories = batches.iter().flat_map(|b| &b.memories).filter_map(|m| m.history.as_ref());
     for history in histories {
-        let Some(&copy) = copy_of.get(&history.id) else { continue };
+        let Some(&copy) = copy_of.get(&history.id).filter(|copy| !current_copies.contains(*copy)) else { continue };
         let current = store::transitions::lock(&mut tx, organization_id, &[copy]).await?.pop();
         if current.is_none_or(|m| m.status != crate::domain::MemoryStatus::Active) {
             continue; // restored before (a second import), or not a memory of this import
