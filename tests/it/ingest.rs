@@ -253,6 +253,63 @@ async fn the_fifth_mention_queues_a_synthesis_that_writes_a_profile(opts: PgPool
     assert!(profile.is_some(), "the profile is written and linked");
 }
 
+/// Candidates are synthesised once their checks promote them: the fifth mention queues no synthesis while it waits
+/// for its check, the promotion that makes five active mentions does, and the profile is written from all five.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut embedder = FixedEmbedder::default();
+    let mut memories = Vec::new();
+    for i in 0..5 {
+        let text = format!("billing-api fact {i}");
+        embedder = embedder.with(&text, axis(10 + i));
+        let mut m = turn(&text);
+        m["entities"] = json!([{"name": "billing-api", "kind": "service"}]);
+        memories.push(m);
+    }
+    let receipt = Ingestor::new(db.app.clone(), Arc::new(embedder))
+        .ingest(&batch(org, "b1", memories), Admission::Candidate)
+        .await
+        .unwrap();
+    assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_contradiction_check", 5)]), "no synthesis yet");
+
+    let detector = ContradictionDetector::new(Arc::new(ScriptedLlm::new()));
+    for (i, id) in receipt.memory_ids.iter().enumerate() {
+        detector.check(&db.app, org, *id).await.unwrap();
+        let synthesis = unsent_jobs(&db, org).await.into_iter().any(|(job, _)| job == "memory_entity_synthesis");
+        assert_eq!(synthesis, i == 4, "after promotion {}", i + 1);
+    }
+
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let jobs = store::jobs::claim_unsent(&mut tx, org, &[JobType::MemoryEntitySynthesis], &[], 10).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut event = SqsEvent::default();
+    for job in jobs {
+        let mut record = SqsMessage::default();
+        record.message_id = Some(job.id.to_string());
+        record.body = Some(job.body.to_string());
+        event.records.push(record);
+    }
+    let parrot = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |request| {
+        Ok(memory_core::llm::quoted_texts(&request.prompt).join(" | "))
+    }));
+    let worker = workers::Worker::new(db.app.clone(), EntitySynthesizer::new(parrot, None));
+    assert!(aws_edge::sqs::process(&worker, None, event).await.unwrap().batch_item_failures.is_empty());
+    let profile: String = sqlx::query_scalar(
+        "SELECT m.content FROM memory_entity e JOIN memory m ON m.organization_id = e.organization_id \
+             AND m.id = e.synthesis_memory_id WHERE e.organization_id = $1 AND e.name = 'billing-api'",
+    )
+    .bind(org)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert!((0..5).all(|i| profile.contains(&format!("billing-api fact {i}"))), "{profile}");
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn the_same_batch_delivered_twice_changes_nothing(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

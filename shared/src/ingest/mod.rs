@@ -5,7 +5,8 @@
 //!   checked);
 //! - a dedup review when a new memory has an active neighbour of the same readership at cosine ≥ 0.88 (the pair
 //!   is deferred for the reviewer);
-//! - an entity synthesis each time an entity's mentions reach a multiple of five.
+//! - an entity synthesis each time the active memories mentioning an entity reach a multiple of five (for
+//!   candidates, when their checks promote them).
 //!
 //! A bad memory refuses the whole batch with a reason naming it, and nothing is written. A batch delivered again
 //! returns the ids it got the first time; an exact duplicate of a current memory of the same readership (same
@@ -33,9 +34,10 @@ pub use message::{
 use crate::{
     code::Language,
     config::DEFAULT_WORKER_MODEL_TIMEOUT,
-    domain::{MENTION_THRESHOLD, MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
+    domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
-    jobs::{ContradictionCheckJob, DedupReviewJob, EntitySynthesisJob, JobType},
+    jobs::{ContradictionCheckJob, DedupReviewJob, JobType},
+    lifecycle,
     store::{self, transitions},
 };
 
@@ -251,7 +253,7 @@ impl Ingestor {
             checked.iter().map(|c| c.new.file_path.is_none().then(|| content_hash(c.new.content.as_bytes()))).collect();
         store::ingest::lock_content_hashes(&mut tx, org, &hashes.iter().flatten().cloned().collect()).await?;
         let mut receipt = IngestReceipt { memory_ids: Vec::new(), created: 0, duplicates: 0, replayed: false };
-        let mut mentions: BTreeMap<Uuid, i64> = BTreeMap::new();
+        let mut created = Vec::new();
         let mut near_duplicates = false;
         for ((Checked { mut new, taxonomy, entities }, vector), hash) in checked.into_iter().zip(vectors).zip(hashes) {
             let readership = Readership::of_new(&new);
@@ -289,9 +291,7 @@ impl Ingestor {
             }
             for key in entities {
                 let entity = entity_ids[&key];
-                if store::entities::add_mention(&mut *tx, org, entity, memory.id).await? {
-                    *mentions.entry(entity).or_default() += 1;
-                }
+                store::entities::add_mention(&mut *tx, org, entity, memory.id).await?;
             }
             if admission == Admission::Candidate {
                 let job = ContradictionCheckJob::new(org, memory.id);
@@ -313,13 +313,11 @@ impl Ingestor {
             }
             receipt.memory_ids.push(memory.id);
             receipt.created += 1;
+            created.push(memory.id);
         }
-        for (entity, added) in mentions {
-            let now = store::entities::mention_count(&mut *tx, org, entity).await?;
-            if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
-                let job = EntitySynthesisJob::new(org, entity);
-                store::jobs::enqueue(&mut *tx, org, JobType::MemoryEntitySynthesis, body(job)).await?;
-            }
+        // Candidates become due for synthesis when their checks promote them.
+        if admission == Admission::Active {
+            lifecycle::synthesis::queue_due(&mut tx, org, &created).await?;
         }
         if near_duplicates {
             let job = DedupReviewJob::deferred(org);

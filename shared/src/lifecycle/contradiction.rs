@@ -220,6 +220,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> c
         MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {
             transitions::promote(&mut *tx, org, new.id).await?;
             super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
+            super::synthesis::queue_due(&mut *tx, org, &[new.id]).await?;
         }
         MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
         _ => {}

@@ -97,6 +97,7 @@ async fn promote_undecided(
             continue;
         }
         transitions::promote(&mut *tx, organization_id, id).await?;
+        super::synthesis::queue_due(&mut *tx, organization_id, &[id]).await?;
         store::review::hold(&mut *tx, organization_id, "contradiction", "promote_unchecked", id, id, &reason).await?;
         promoted += 1;
     }

@@ -32,6 +32,31 @@ pub use crate::domain::MENTION_THRESHOLD;
 pub const SOURCES_PER_PROFILE: usize = 40;
 /// Characters of one source quoted in a synthesis prompt at most.
 const SOURCE_CHARS: usize = 600;
+/// Queues a synthesis of each entity that `activated` (memories that just became active) mention whose active
+/// mentions thereby reach a multiple of [`MENTION_THRESHOLD`]. A profile is written from active memories, so it is
+/// due when they are, not when candidates arrive.
+pub(crate) async fn queue_due(
+    tx: &mut sqlx::PgConnection,
+    organization_id: Uuid,
+    activated: &[Uuid],
+) -> crate::Result<()> {
+    let mut added: BTreeMap<Uuid, i64> = BTreeMap::new();
+    for &memory in activated {
+        for entity in store::entities::mentioned_by(&mut *tx, organization_id, memory).await? {
+            *added.entry(entity).or_default() += 1;
+        }
+    }
+    for (entity, added) in added {
+        let now = store::entities::active_mention_count(&mut *tx, organization_id, entity).await?;
+        if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
+            let body =
+                serde_json::to_value(EntitySynthesisJob::new(organization_id, entity)).expect("a job serialises");
+            store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryEntitySynthesis, body).await?;
+        }
+    }
+    Ok(())
+}
+
 /// A profile's token budget: a concise profile fits well within it, and one the model cuts off there is not stored
 /// (the job fails and is retried).
 const PROFILE_MAX_TOKENS: i32 = 1_000;
@@ -72,7 +97,7 @@ impl EntitySynthesizer {
         Self { models }
     }
 
-    /// Synthesises when the entity has at least [`MENTION_THRESHOLD`] mentions; None otherwise.
+    /// Synthesises when at least [`MENTION_THRESHOLD`] active memories mention the entity; None otherwise.
     pub async fn synthesize_if_due(
         &self,
         pool: &PgPool,
@@ -80,7 +105,7 @@ impl EntitySynthesizer {
         entity_id: Uuid,
     ) -> crate::Result<Option<Synthesis>> {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
-        let mentions = store::entities::mention_count(&mut *tx, organization_id, entity_id).await?;
+        let mentions = store::entities::active_mention_count(&mut *tx, organization_id, entity_id).await?;
         tx.commit().await?;
         if mentions < MENTION_THRESHOLD {
             return Ok(None);

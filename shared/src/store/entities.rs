@@ -88,12 +88,37 @@ pub async fn add_mention(
     .map(|r| r.rows_affected() == 1)
 }
 
-pub async fn mention_count(executor: impl PgExecutor<'_>, organization_id: Uuid, entity_id: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM memory_entity_mention WHERE organization_id = $1 AND entity_id = $2")
-        .bind(organization_id)
-        .bind(entity_id)
-        .fetch_one(executor)
-        .await
+/// Active memories that mention an entity, as [`active_mentioning`] reads them (profiles themselves excluded).
+pub async fn active_mention_count(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    entity_id: Uuid,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM memory_entity_mention e JOIN memory m \
+             ON m.organization_id = e.organization_id AND m.id = e.memory_id \
+         WHERE e.organization_id = $1 AND e.entity_id = $2 AND m.status = 'active' \
+           AND (m.expires_at IS NULL OR m.expires_at > now()) AND m.memory_type <> 'entity_profile'",
+    )
+    .bind(organization_id)
+    .bind(entity_id)
+    .fetch_one(executor)
+    .await
+}
+
+/// The entities a memory mentions.
+pub async fn mentioned_by(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    memory_id: Uuid,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = $2 ORDER BY entity_id",
+    )
+    .bind(organization_id)
+    .bind(memory_id)
+    .fetch_all(executor)
+    .await
 }
 
 /// Active memories that mention an entity, oldest first (profiles themselves excluded).
