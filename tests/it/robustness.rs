@@ -136,6 +136,50 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", new.id));
 }
 
+/// The sweep and a late contradiction check racing for one candidate: the sweep waits for the check's locks, sees
+/// the candidate decided, and leaves it (no conflict that would roll back the organisation's sweep).
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_check_that_finishes_while_the_sweep_waits_for_its_candidate_decides_it_alone(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut candidate = memory(org, "billing-api deploys on Fridays").embedding(axis(0));
+    candidate.new.status = MemoryStatus::Candidate;
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let candidate = store::transitions::create(&mut tx, &candidate.new, &[]).await.unwrap();
+    tx.commit().await.unwrap();
+
+    // The check holds the candidate's row lock while it decides, as `settle` does.
+    let mut check = store::begin_for_org(&db.app, org).await.unwrap();
+    store::transitions::lock(&mut check, org, &[candidate.id]).await.unwrap();
+    let finish_check = async {
+        let mut waiting: i64 = 0;
+        for _ in 0..200 {
+            waiting = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+            if waiting >= 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(waiting, 1, "the sweep waits for the check");
+        store::memories::mark_checked(&mut *check, org, candidate.id).await.unwrap();
+        store::transitions::promote(&mut check, org, candidate.id).await.unwrap();
+        check.commit().await.unwrap();
+    };
+    let (report, ()) = tokio::join!(sweep::run(&db.app, chrono::TimeDelta::zero(), ALL), finish_check);
+    assert_eq!(report.unwrap().promoted_unchecked, 0, "decided by its check");
+    assert_eq!(reload(&db, org, candidate.id).await.status, MemoryStatus::Active);
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    assert!(store::review::pending(&mut *tx, org).await.unwrap().is_empty(), "nothing held as promoted unchecked");
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn a_popular_entity_is_synthesised_from_its_most_confident_sources_only(
     opts: PgPoolOptions,

@@ -82,13 +82,13 @@ async fn promote_undecided(
         return Ok(0);
     }
     let ids: Vec<Uuid> = waiting.iter().map(|(id, _)| *id).collect();
+    let locked = transitions::lock(&mut *tx, organization_id, &ids).await?;
     // Read again under the locks: a check that finished meanwhile has decided its memory.
     let still = store::memories::undecided_candidates(&mut *tx, organization_id, bound, CANDIDATES_PER_RUN).await?;
     let reason = format!(
         "the contradiction check did not decide this memory within {} minutes; promoted unchecked",
         bound.num_minutes()
     );
-    let locked = transitions::lock(&mut *tx, organization_id, &ids).await?;
     let mut promoted = 0;
     for (id, _) in still.into_iter().filter(|(id, _)| ids.contains(id)) {
         store::memories::mark_checked(&mut *tx, organization_id, id).await?;
