@@ -267,6 +267,37 @@ mod contradiction {
         assert_eq!(reload(&db, org, new.id).await.confidence, 0.9);
     }
 
+    /// A memory longer than a prompt quotes is not compared, as new or as existing: the model would judge it on
+    /// its first 2,000 characters.
+    #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+    async fn a_memory_longer_than_a_prompt_quotes_is_not_judged_contradicted(
+        opts: PgPoolOptions,
+        conn: PgConnectOptions,
+    ) {
+        let db = Db::new(opts, conn).await;
+        let long = |first: &str| {
+            format!("{first}. {} The exception: the audit key.", "Keys are kept in the vault. ".repeat(80))
+        };
+        let llm = everything_contradicts();
+        let detector = ContradictionDetector::new(llm.clone());
+        // The existing memory is long; then the new one.
+        for (old_text, new_text) in [
+            (long("the API key rotates yearly"), "the API key rotates monthly".to_string()),
+            ("the audit key rotates yearly".to_string(), long("the audit key rotates monthly")),
+        ] {
+            let org = Uuid::now_v7();
+            let old = memory(org, &old_text).embedding(vector_with_similarity(0.8, 1)).insert(&db).await;
+            let new = memory(org, &new_text).embedding(axis(0)).confidence(0.9).insert(&db).await;
+            mention_all(&db, org, &[&old, &new]).await;
+            assert!(detector.check(&db.app, org, new.id).await.unwrap().is_empty());
+            for kept in [&old, &new] {
+                let now = reload(&db, org, kept.id).await;
+                assert_eq!((now.status, now.confidence), (MemoryStatus::Active, kept.confidence));
+            }
+        }
+        assert!(llm.calls().is_empty(), "nothing to ask");
+    }
+
     #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
     async fn a_weak_contradicted_candidate_is_not_promoted(opts: PgPoolOptions, conn: PgConnectOptions) {
         let db = Db::new(opts, conn).await;

@@ -41,7 +41,7 @@ pub const PENALTY: f64 = 0.1;
 pub const PROMOTION_CONFIDENCE: f64 = 0.2;
 /// The relation recorded for a pair whose model answer could not be used.
 const UNUSABLE: &str = "unusable";
-/// Characters of one memory quoted in a prompt at most.
+/// Characters of one memory quoted in a prompt at most; a longer memory is not compared.
 const QUOTED_CHARS: usize = 2_000;
 /// Pairs screened per check (one model call).
 const MAX_CANDIDATES: i64 = 10;
@@ -87,6 +87,10 @@ impl ContradictionDetector {
         )
         .await?;
         tx.commit().await?;
+        // The model decides only on what it reads whole: a memory longer than a prompt quotes is not compared.
+        let whole = |m: &Memory| m.content.chars().count() <= QUOTED_CHARS;
+        let candidates: Vec<_> =
+            if whole(&new) { candidates.into_iter().filter(|c| whole(&c.memory)).collect() } else { Vec::new() };
         let relations = if candidates.is_empty() { Vec::new() } else { self.relations(&new, &candidates).await? };
 
         let mut tx = store::begin_for_org(pool, organization_id).await?;
