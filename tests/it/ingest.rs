@@ -209,19 +209,42 @@ async fn a_near_duplicate_defers_a_pair_and_queues_a_dedup_review(opts: PgPoolOp
     assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_contradiction_check", 1), ("memory_dedup_review", 1)]));
 }
 
-#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn the_fifth_mention_queues_a_synthesis_that_writes_a_profile(opts: PgPoolOptions, conn: PgConnectOptions) {
-    let db = Db::new(opts, conn).await;
-    let org = Uuid::now_v7();
+/// Five memories that mention billing-api (named as `name`), and an embedder that knows them.
+fn billing_api_facts(name: &str) -> (FixedEmbedder, Vec<serde_json::Value>) {
     let mut embedder = FixedEmbedder::default();
     let mut memories = Vec::new();
     for i in 0..5 {
         let text = format!("billing-api fact {i}");
         embedder = embedder.with(&text, axis(10 + i));
         let mut m = turn(&text);
-        m["entities"] = json!([{"name": "  Billing-API ", "kind": "service"}]);
+        m["entities"] = json!([{"name": name, "kind": "service"}]);
         memories.push(m);
     }
+    (embedder, memories)
+}
+
+/// Hands the organisation's unsent synthesis jobs to the synthesis worker running `llm`, as SQS would; asserts that
+/// none failed.
+async fn run_syntheses(db: &Db, org: Uuid, llm: Arc<ScriptedLlm>) {
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let jobs = store::jobs::claim_unsent(&mut tx, org, &[JobType::MemoryEntitySynthesis], &[], 10).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut event = SqsEvent::default();
+    for job in jobs {
+        let mut record = SqsMessage::default();
+        record.message_id = Some(job.id.to_string());
+        record.body = Some(job.body.to_string());
+        event.records.push(record);
+    }
+    let worker = workers::Worker::new(db.app.clone(), EntitySynthesizer::new(llm, None));
+    assert!(aws_edge::sqs::process(&worker, None, event).await.unwrap().batch_item_failures.is_empty());
+}
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_fifth_mention_queues_a_synthesis_that_writes_a_profile(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (embedder, memories) = billing_api_facts("  Billing-API ");
     let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder));
     let (four, fifth) = memories.split_at(4);
     ingestor.ingest(&batch(org, "first", four.to_vec()), Admission::Active).await.unwrap();
@@ -229,18 +252,9 @@ async fn the_fifth_mention_queues_a_synthesis_that_writes_a_profile(opts: PgPool
     ingestor.ingest(&batch(org, "second", fifth.to_vec()), Admission::Active).await.unwrap();
     assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_entity_synthesis", 1)]));
 
-    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-    let job = store::jobs::claim_unsent(&mut tx, org, &JobType::ALL, &[], 10).await.unwrap().pop().unwrap();
-    tx.commit().await.unwrap();
-    let mut record = SqsMessage::default();
-    record.message_id = Some("synthesis".into());
-    record.body = Some(job.body.to_string());
     let llm =
         Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: payments".into())));
-    let worker = workers::Worker::new(db.app.clone(), EntitySynthesizer::new(llm, None));
-    let mut event = SqsEvent::default();
-    event.records.push(record);
-    assert!(aws_edge::sqs::process(&worker, None, event).await.unwrap().batch_item_failures.is_empty());
+    run_syntheses(&db, org, llm).await;
 
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     let entity: Uuid =
@@ -262,15 +276,7 @@ async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
 ) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let mut embedder = FixedEmbedder::default();
-    let mut memories = Vec::new();
-    for i in 0..5 {
-        let text = format!("billing-api fact {i}");
-        embedder = embedder.with(&text, axis(10 + i));
-        let mut m = turn(&text);
-        m["entities"] = json!([{"name": "billing-api", "kind": "service"}]);
-        memories.push(m);
-    }
+    let (embedder, memories) = billing_api_facts("billing-api");
     let receipt = Ingestor::new(db.app.clone(), Arc::new(embedder))
         .ingest(&batch(org, "b1", memories), Admission::Candidate)
         .await
@@ -284,21 +290,10 @@ async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
         assert_eq!(synthesis, i == 4, "after promotion {}", i + 1);
     }
 
-    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-    let jobs = store::jobs::claim_unsent(&mut tx, org, &[JobType::MemoryEntitySynthesis], &[], 10).await.unwrap();
-    tx.commit().await.unwrap();
-    let mut event = SqsEvent::default();
-    for job in jobs {
-        let mut record = SqsMessage::default();
-        record.message_id = Some(job.id.to_string());
-        record.body = Some(job.body.to_string());
-        event.records.push(record);
-    }
     let parrot = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |request| {
         Ok(memory_core::llm::quoted_texts(&request.prompt).join(" | "))
     }));
-    let worker = workers::Worker::new(db.app.clone(), EntitySynthesizer::new(parrot, None));
-    assert!(aws_edge::sqs::process(&worker, None, event).await.unwrap().batch_item_failures.is_empty());
+    run_syntheses(&db, org, parrot).await;
     let profile: String = sqlx::query_scalar(
         "SELECT m.content FROM memory_entity e JOIN memory m ON m.organization_id = e.organization_id \
              AND m.id = e.synthesis_memory_id WHERE e.organization_id = $1 AND e.name = 'billing-api'",

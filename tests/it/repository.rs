@@ -99,6 +99,16 @@ impl Setup {
         FileScanner::new(Arc::new(RepositoryReader::new(&self.root, "HEAD", 64 * 1024))).with_embedder(minilm())
     }
 
+    /// `src/config.rs` imported, then changed and committed again before any scan: the blob SHA the import named is
+    /// in the history but no longer the file's.
+    async fn imported_then_moved_on(&self) {
+        self.repo.write("src/config.rs", CONFIG_RS);
+        self.repo.commit("first");
+        self.ingest(&self.plan().batches).await;
+        self.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
+        self.repo.commit("a host");
+    }
+
     async fn active(&self) -> Vec<Memory> {
         let sql = "SELECT id FROM memory WHERE organization_id = $1 AND status = 'active' ORDER BY id";
         let ids: Vec<Uuid> = sqlx::query_scalar(sql).bind(self.org).fetch_all(&self.db.admin).await.unwrap();
@@ -281,12 +291,7 @@ async fn an_identifier_is_found_whichever_way_it_is_typed(opts: PgPoolOptions, c
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn a_blob_sha_of_an_earlier_commit_is_honest_and_keeps_its_trust(opts: PgPoolOptions, conn: PgConnectOptions) {
     let s = Setup::new(opts, conn).await;
-    s.repo.write("src/config.rs", CONFIG_RS);
-    s.repo.commit("first");
-    s.ingest(&s.plan().batches).await;
-    // The file moves on before the first scan: the SHA the import named is still in the repository's history.
-    s.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
-    s.repo.commit("a host");
+    s.imported_then_moved_on().await;
     let report = s.scanner().scan(&s.db.app, s.org).await.unwrap();
     assert_eq!((report.mismatched, report.replaced, report.moved, report.unchanged), (0, 1, 1, 1), "{report:?}");
     assert!(s.active().await.iter().all(|m| m.provenance.trust_level == TrustLevel::Verified));
@@ -312,11 +317,7 @@ async fn a_repository_whose_history_cannot_be_read_leaves_trust_to_a_later_scan(
     conn: PgConnectOptions,
 ) {
     let s = Setup::new(opts, conn).await;
-    s.repo.write("src/config.rs", CONFIG_RS);
-    s.repo.commit("first");
-    s.ingest(&s.plan().batches).await;
-    s.repo.write("src/config.rs", &CONFIG_RS.replace("port: u16,", "port: u16,\n    host: String,"));
-    s.repo.commit("a host");
+    s.imported_then_moved_on().await;
 
     // Whether the SHA the import named is in the history cannot be told: no verdict, the scan says why.
     let failing = Arc::new(HistoryUnreadable(RepositoryReader::new(&s.root, "HEAD", 64 * 1024)));
