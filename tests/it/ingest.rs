@@ -351,7 +351,11 @@ async fn other_memories_under_a_batch_id_already_ingested_fail_the_message_and_a
     let changed = batch(org, "run-9/turns-1-12", vec![turn("a fact"), turn("a new fact")]);
 
     assert!(deliver("first", first.clone()).await.is_empty());
-    assert!(deliver("redelivered", first).await.is_empty(), "a redelivery is acknowledged");
+    assert!(deliver("redelivered", first.clone()).await.is_empty(), "a redelivery is acknowledged");
+    // The same texts with other metadata (a repository imported again at another ref, say) are the same batch.
+    let mut same_texts = first;
+    same_texts.memories[0].provenance.source_ref = "run-9/turn-1 (again)".into();
+    assert!(deliver("same texts", same_texts).await.is_empty());
     assert_eq!(deliver("changed", changed.clone()).await, vec!["changed"], "not acknowledged as a redelivery");
     assert_eq!(statuses(&db, org).await.len(), 1);
     let error = Ingestor::new(db.app.clone(), Arc::new(FixedEmbedder::default().with("a fact", axis(0))))

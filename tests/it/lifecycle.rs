@@ -172,6 +172,37 @@ async fn five_mentions_trigger_an_entity_profile_linked_from_the_entity(opts: Pg
     assert_eq!(first.superseded_by, Some(again.primary().unwrap().profile.id));
 }
 
+/// One partition's answer cut off at its budget leaves that partition without a new profile; the others are
+/// written, and the job succeeds.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_profile_the_model_cannot_finish_is_skipped_and_the_others_are_written(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let (org, project) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut sources = Vec::new();
+    for i in 0..5 {
+        let mut m = memory(org, &format!("billing-api fact {i}"));
+        if i == 2 {
+            m = m.scope(Scope::Project).project(project);
+        }
+        sources.push(m.insert(&db).await);
+    }
+    let entity = integration_tests::mention_all(&db, org, "billing-api", &sources.iter().collect::<Vec<_>>()).await;
+    // The project's partition (the only one that reads fact 2) runs over the budget.
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |req| {
+        if req.prompt.contains("fact 2") {
+            Err(memory_core::llm::LlmError::Malformed("the answer was cut off at 1000 tokens".into()))
+        } else {
+            Ok("billing-api: the payments service.".into())
+        }
+    }));
+    let synthesis = EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
+    assert_eq!(synthesis.written, 1);
+    assert_eq!(synthesis.profiles.iter().map(|p| p.profile.scope).collect::<Vec<_>>(), [Scope::Org]);
+}
+
 mod contradiction {
     use integration_tests::{Db, axis, everything_contradicts, memory, vector_with_similarity};
     use memory_core::{

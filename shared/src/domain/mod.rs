@@ -327,5 +327,6 @@ pub fn content_hash(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
-/// Mentions at which an entity's profiles are (re)synthesised (ingest queues synthesis at every multiple).
+/// Active mentions at which an entity's profiles are (re)synthesised, at every multiple
+/// (`store::entities::queue_due_syntheses`).
 pub const MENTION_THRESHOLD: i64 = 5;

@@ -37,7 +37,6 @@ use crate::{
     domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
     jobs::{ContradictionCheckJob, DedupReviewJob, JobType},
-    lifecycle,
     store::{self, transitions},
 };
 
@@ -216,13 +215,13 @@ impl Ingestor {
         let seen = store::ingest::ingested_batch(&mut tx, org, &batch.batch_id).await?;
         tx.commit().await?;
         if let Some(seen) = seen {
-            return replayed(batch, &digest, seen);
+            return replay_or_refuse(batch, &digest, seen);
         }
         let vectors = self.embed(&checked).await?;
 
         let mut tx = store::begin_for_org(&self.pool, org).await?;
         if let Some(seen) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest).await? {
-            return replayed(batch, &digest, seen);
+            return replay_or_refuse(batch, &digest, seen);
         }
         // The batch's entities and taxonomy nodes first, in one sorted pass: without row locks on existing ones,
         // so concurrent batches naming the same entities neither queue nor deadlock.
@@ -317,7 +316,7 @@ impl Ingestor {
         }
         // Candidates become due for synthesis when their checks promote them.
         if admission == Admission::Active {
-            lifecycle::synthesis::queue_due(&mut tx, org, &created).await?;
+            store::entities::queue_due_syntheses(&mut tx, org, &created).await?;
         }
         if near_duplicates {
             let job = DedupReviewJob::deferred(org);
@@ -346,17 +345,23 @@ fn body(job: impl serde::Serialize) -> serde_json::Value {
     serde_json::to_value(job).expect("a job serialises")
 }
 
-/// What a batch holds, as recorded with its id: its memories as JSON (object keys sorted), hashed.
+/// What a batch holds, as recorded with its id: its memories' texts, in order, hashed (the texts alone, so the digest
+/// does not change with the message format, nor with metadata such as the ref a repository was imported at).
 fn digest(batch: &IngestBatch) -> String {
-    content_hash(&serde_json::to_vec(&batch.memories).expect("memories serialise"))
+    let texts: Vec<&str> = batch.memories.iter().map(|m| m.content.as_str()).collect();
+    content_hash(&serde_json::to_vec(&texts).expect("texts serialise"))
 }
 
-/// A batch id seen before: a redelivery gets the ids of the first delivery and changes nothing; other memories
-/// under the same id are refused (the message fails, so they are not lost as a "redelivery").
-fn replayed(batch: &IngestBatch, digest: &str, seen: store::ingest::IngestedBatch) -> crate::Result<IngestReceipt> {
+/// A batch id seen before: a redelivery gets the ids of the first delivery and changes nothing; other texts under
+/// the same id are refused (the message fails, so they are not lost as a "redelivery").
+fn replay_or_refuse(
+    batch: &IngestBatch,
+    digest: &str,
+    seen: store::ingest::IngestedBatch,
+) -> crate::Result<IngestReceipt> {
     if seen.digest.as_deref().is_some_and(|d| d != digest) {
         return Err(crate::Error::validation(format!(
-            "batch_id {:?} was ingested before with other memories; send changed memories under a new batch_id",
+            "batch_id {:?} was ingested before with other texts; send changed memories under a new batch_id",
             batch.batch_id
         )));
     }

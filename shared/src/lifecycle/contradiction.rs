@@ -19,9 +19,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{
-    Models,
+    Models, QUOTED_CHARS,
     guarded::{self, Job},
-    quoted,
+    quoted, read_whole, unusable,
 };
 use crate::{
     domain::{Memory, MemoryStatus, readership::forbids_lowering},
@@ -41,8 +41,6 @@ pub const PENALTY: f64 = 0.1;
 pub const PROMOTION_CONFIDENCE: f64 = 0.2;
 /// The relation recorded for a pair whose model answer could not be used.
 const UNUSABLE: &str = "unusable";
-/// Characters of one memory quoted in a prompt at most; a longer memory is not compared.
-const QUOTED_CHARS: usize = 2_000;
 /// Pairs screened per check (one model call).
 const MAX_CANDIDATES: i64 = 10;
 
@@ -77,20 +75,24 @@ impl ContradictionDetector {
         let new = store::memories::get(&mut *tx, organization_id, memory_id)
             .await?
             .ok_or(crate::Error::NotFound { kind: "memory", id: memory_id })?;
-        let candidates = store::contradiction::unreviewed_candidates(
-            &mut tx,
-            organization_id,
-            memory_id,
-            MIN_COSINE,
-            MAX_COSINE,
-            MAX_CANDIDATES,
-        )
-        .await?;
+        // The model judges only what it reads whole: a memory longer than a prompt quotes is not compared.
+        let candidates = if read_whole(&new) {
+            let (max_chars, id) = (QUOTED_CHARS as i64, memory_id);
+            let (low, high) = (MIN_COSINE, MAX_COSINE);
+            store::contradiction::unreviewed_candidates(
+                &mut tx,
+                organization_id,
+                id,
+                low,
+                high,
+                max_chars,
+                MAX_CANDIDATES,
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
         tx.commit().await?;
-        // The model decides only on what it reads whole: a memory longer than a prompt quotes is not compared.
-        let whole = |m: &Memory| m.content.chars().count() <= QUOTED_CHARS;
-        let candidates: Vec<_> =
-            if whole(&new) { candidates.into_iter().filter(|c| whole(&c.memory)).collect() } else { Vec::new() };
         let relations = if candidates.is_empty() { Vec::new() } else { self.relations(&new, &candidates).await? };
 
         let mut tx = store::begin_for_org(pool, organization_id).await?;
@@ -142,7 +144,6 @@ impl ContradictionDetector {
         new: &Memory,
         candidates: &[store::contradiction::SimilarMemory],
     ) -> crate::Result<Vec<String>> {
-        let unusable = |error: &crate::Error| matches!(error, crate::Error::Llm(LlmError::Malformed(_)));
         match self.classify(new, candidates).await {
             Err(error) if unusable(&error) => {
                 tracing::warn!(memory_id = %new.id, %error, "contradiction answer unusable; asking per memory");
@@ -224,7 +225,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> c
         MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {
             transitions::promote(&mut *tx, org, new.id).await?;
             super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
-            super::synthesis::queue_due(&mut *tx, org, &[new.id]).await?;
+            store::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
         }
         MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
         _ => {}

@@ -16,9 +16,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{
-    Models, earliest,
+    Models, QUOTED_CHARS, earliest,
     guarded::{self, Job, Outcome},
-    quoted,
+    quoted, read_whole, unusable,
 };
 use crate::{
     domain::{
@@ -32,8 +32,6 @@ use crate::{
 
 /// Pairs reviewed per model call.
 pub const PAIRS_PER_CALL: usize = 10;
-/// Characters of one memory quoted in a prompt at most; a pair with a longer memory is kept without asking.
-const QUOTED_CHARS: usize = 2_000;
 /// The merged text's budget: room for two memories of [`QUOTED_CHARS`] (a text cut off there is not stored).
 const MERGE_MAX_TOKENS: i32 = 1_200;
 
@@ -336,16 +334,11 @@ fn recorded<T>(decision: DedupDecision, outcome: Outcome<T>) -> (DedupDecision, 
 /// Why a pair is kept without asking the model: a memory longer than the model is shown (it would decide, and
 /// merge, on part of it), or neither memory may replace the other.
 fn kept_without_asking(a: &Memory, b: &Memory) -> Option<String> {
-    if let Some(long) = [a, b].into_iter().find(|m| m.content.chars().count() > QUOTED_CHARS) {
+    if let Some(long) = [a, b].into_iter().find(|m| !read_whole(m)) {
         return Some(format!("memory {} is longer than the {QUOTED_CHARS} characters the model is shown", long.id));
     }
     match (forbids_replacing(a, b), forbids_replacing(b, a)) {
         (Some(reason), Some(_)) => Some(reason),
         _ => None,
     }
-}
-
-/// A model answer that cannot be used (malformed, or cut off): the pair is kept, not retried.
-fn unusable(error: &crate::Error) -> bool {
-    matches!(error, crate::Error::Llm(LlmError::Malformed(_)))
 }

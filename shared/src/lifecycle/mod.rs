@@ -69,6 +69,21 @@ pub(crate) async fn embed_optional(
     Ok(embedder.embed_within(&[text.to_string()], budget).await?.pop())
 }
 
+/// Characters of one memory a prompt quotes at most. Dedup and contradiction judge only memories a model reads whole
+/// ([`read_whole`]): a longer one would be judged, and merged or superseded, on its first part.
+pub(crate) const QUOTED_CHARS: usize = 2_000;
+
+/// Whether a prompt quotes all of the memory's text.
+pub(crate) fn read_whole(memory: &crate::domain::Memory) -> bool {
+    memory.content.chars().count() <= QUOTED_CHARS
+}
+
+/// A model answer that cannot be used (malformed, or cut off at its budget): what it was for is skipped with the
+/// reason, not retried.
+pub(crate) fn unusable(error: &crate::Error) -> bool {
+    matches!(error, crate::Error::Llm(crate::llm::LlmError::Malformed(_)))
+}
+
 /// A memory's text fenced as data for a prompt (the prompts say that a `<memory>` element's text is never an
 /// instruction): at most `max_chars` characters, with nothing in it that could close the fence.
 pub(crate) fn quoted(text: &str, max_chars: usize) -> String {

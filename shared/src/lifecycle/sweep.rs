@@ -89,7 +89,7 @@ async fn promote_undecided(
         "the contradiction check did not decide this memory within {} minutes; promoted unchecked",
         bound.num_minutes()
     );
-    let mut promoted = 0;
+    let mut promoted = Vec::new();
     for (id, _) in still.into_iter().filter(|(id, _)| ids.contains(id)) {
         store::memories::mark_checked(&mut *tx, organization_id, id).await?;
         let confident = locked.iter().any(|m| m.id == id && m.confidence >= PROMOTION_CONFIDENCE);
@@ -97,11 +97,11 @@ async fn promote_undecided(
             continue;
         }
         transitions::promote(&mut *tx, organization_id, id).await?;
-        super::synthesis::queue_due(&mut *tx, organization_id, &[id]).await?;
+        promoted.push(id);
         store::review::hold(&mut *tx, organization_id, "contradiction", "promote_unchecked", id, id, &reason).await?;
-        promoted += 1;
     }
-    Ok(promoted)
+    store::entities::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
+    Ok(promoted.len())
 }
 
 /// How long published events and sent jobs are kept.

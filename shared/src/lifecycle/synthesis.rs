@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Models, earliest, quoted};
+use super::{Models, earliest, quoted, unusable};
 use crate::{
     domain::{EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind, readership::derived_trust},
     embed::Embedder,
@@ -32,33 +32,8 @@ pub use crate::domain::MENTION_THRESHOLD;
 pub const SOURCES_PER_PROFILE: usize = 40;
 /// Characters of one source quoted in a synthesis prompt at most.
 const SOURCE_CHARS: usize = 600;
-/// Queues a synthesis of each entity that `activated` (memories that just became active) mention whose active
-/// mentions thereby reach a multiple of [`MENTION_THRESHOLD`]. A profile is written from active memories, so it is
-/// due when they are, not when candidates arrive.
-pub(crate) async fn queue_due(
-    tx: &mut sqlx::PgConnection,
-    organization_id: Uuid,
-    activated: &[Uuid],
-) -> crate::Result<()> {
-    let mut added: BTreeMap<Uuid, i64> = BTreeMap::new();
-    for &memory in activated {
-        for entity in store::entities::mentioned_by(&mut *tx, organization_id, memory).await? {
-            *added.entry(entity).or_default() += 1;
-        }
-    }
-    for (entity, added) in added {
-        let now = store::entities::active_mention_count(&mut *tx, organization_id, entity).await?;
-        if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
-            let body =
-                serde_json::to_value(EntitySynthesisJob::new(organization_id, entity)).expect("a job serialises");
-            store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryEntitySynthesis, body).await?;
-        }
-    }
-    Ok(())
-}
-
 /// A profile's token budget: a concise profile fits well within it, and one the model cuts off there is not stored
-/// (the job fails and is retried).
+/// (the partition keeps the profile it had).
 const PROFILE_MAX_TOKENS: i32 = 1_000;
 /// Partitions (model calls) one job synthesises at most; a job that leaves some queues another for them.
 pub const PARTITIONS_PER_JOB: usize = 8;
@@ -139,7 +114,7 @@ impl EntitySynthesizer {
         for partition in stale {
             let chosen = chosen_sources(&partition.sources);
             let listing: String = chosen.iter().map(|m| quoted(&m.content, SOURCE_CHARS)).collect();
-            let summary = self
+            let answer = self
                 .models
                 .complete(LlmRequest {
                     purpose: InvocationPurpose::MemorySynthesis,
@@ -157,7 +132,16 @@ impl EntitySynthesizer {
                     ),
                     max_tokens: PROFILE_MAX_TOKENS,
                 })
-                .await?;
+                .await;
+            // One partition's unusable answer (cut off, say) keeps its profile as it was; the others are written.
+            let summary = match answer {
+                Err(error) if unusable(&error) => {
+                    let readership = partition.readership.to_string();
+                    tracing::warn!(%entity_id, %readership, %error, "profile not rewritten: answer unusable");
+                    continue;
+                }
+                answer => answer?,
+            };
             let mut profile = profile_memory(&partition, entity_id, summary.trim());
             profile.embedding = self.models.embed(&profile.content).await?;
             let written_from: Vec<Uuid> = chosen.iter().map(|m| m.id).collect();

@@ -14,14 +14,15 @@ pub struct SimilarMemory {
     pub cosine_sim: f64,
 }
 
-/// Active memories sharing an entity mention with `memory_id`, with cosine similarity in [low, high], not yet
-/// reviewed against it; most similar first.
+/// Active memories of at most `max_chars` characters sharing an entity mention with `memory_id`, with cosine
+/// similarity in [low, high], not yet reviewed against it; the `limit` most similar first.
 pub async fn unreviewed_candidates(
     conn: &mut PgConnection,
     organization_id: Uuid,
     memory_id: Uuid,
     low: f64,
     high: f64,
+    max_chars: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<SimilarMemory>> {
     let sql = format!(
@@ -34,10 +35,18 @@ pub async fn unreviewed_candidates(
                         WHERE a.organization_id = $1 AND a.memory_id = $2 AND b.memory_id <> $2) \
            AND NOT EXISTS (SELECT 1 FROM memory_contradiction_reviewed r WHERE r.organization_id = $1 \
                            AND r.new_memory_id = $2 AND r.existing_memory_id = m.id) \
-           AND 1 - (m.embedding <=> n.embedding) BETWEEN $3 AND $4 \
+           AND 1 - (m.embedding <=> n.embedding) BETWEEN $3 AND $4 AND char_length(m.content) <= $6 \
          ORDER BY cosine_sim DESC, m.id LIMIT $5"
     );
-    sqlx::query_as(&sql).bind(organization_id).bind(memory_id).bind(low).bind(high).bind(limit).fetch_all(conn).await
+    sqlx::query_as(&sql)
+        .bind(organization_id)
+        .bind(memory_id)
+        .bind(low)
+        .bind(high)
+        .bind(limit)
+        .bind(max_chars)
+        .fetch_all(conn)
+        .await
 }
 
 /// Records the relation found for a pair; false when it was already recorded (a redelivered job).

@@ -1,10 +1,15 @@
 //! Entities, their mentions, and synthesised profiles.
 
+use std::collections::BTreeMap;
+
 use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::domain::{Entity, EntityProfile, Memory};
+use crate::{
+    domain::{Entity, EntityProfile, MENTION_THRESHOLD, Memory},
+    jobs::{EntitySynthesisJob, JobType},
+};
 
 /// Adds an entity (or returns the existing one with that type and name).
 pub async fn upsert(
@@ -88,6 +93,43 @@ pub async fn add_mention(
     .map(|r| r.rows_affected() == 1)
 }
 
+/// Queues a synthesis of each entity that `activated` (memories that just became active) mention whose active
+/// mentions thereby reach a multiple of [`MENTION_THRESHOLD`]: a profile is written from active memories, so it is
+/// due when they are, not when candidates arrive. The entities are locked first, in id order, so two transactions
+/// activating an entity's mentions at once count one after the other and neither misses the crossing.
+pub async fn queue_due_syntheses(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    activated: &[Uuid],
+) -> sqlx::Result<()> {
+    let mentioned: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = ANY($2)",
+    )
+    .bind(organization_id)
+    .bind(activated)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut added: BTreeMap<Uuid, i64> = BTreeMap::new();
+    for entity in mentioned {
+        *added.entry(entity).or_default() += 1;
+    }
+    let ids: Vec<Uuid> = added.keys().copied().collect();
+    sqlx::query("SELECT id FROM memory_entity WHERE organization_id = $1 AND id = ANY($2) ORDER BY id FOR UPDATE")
+        .bind(organization_id)
+        .bind(&ids)
+        .execute(&mut *conn)
+        .await?;
+    for (entity, added) in added {
+        let now = active_mention_count(&mut *conn, organization_id, entity).await?;
+        if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
+            let body =
+                serde_json::to_value(EntitySynthesisJob::new(organization_id, entity)).expect("a job serialises");
+            super::jobs::enqueue(&mut *conn, organization_id, JobType::MemoryEntitySynthesis, body).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Active memories that mention an entity, as [`active_mentioning`] reads them (profiles themselves excluded).
 pub async fn active_mention_count(
     executor: impl PgExecutor<'_>,
@@ -103,21 +145,6 @@ pub async fn active_mention_count(
     .bind(organization_id)
     .bind(entity_id)
     .fetch_one(executor)
-    .await
-}
-
-/// The entities a memory mentions.
-pub async fn mentioned_by(
-    executor: impl PgExecutor<'_>,
-    organization_id: Uuid,
-    memory_id: Uuid,
-) -> sqlx::Result<Vec<Uuid>> {
-    sqlx::query_scalar(
-        "SELECT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = $2 ORDER BY entity_id",
-    )
-    .bind(organization_id)
-    .bind(memory_id)
-    .fetch_all(executor)
     .await
 }
 
