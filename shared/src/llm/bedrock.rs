@@ -39,9 +39,16 @@ impl Llm for BedrockLlm {
             .send()
             .await
             .map_err(|e| LlmError::Call(DisplayErrorContext(e).to_string()))?;
-        // An answer cut off at max_tokens is not an answer: a truncated merge or profile would be stored as whole.
-        if output.stop_reason == StopReason::MaxTokens {
-            return Err(LlmError::Malformed(format!("the answer was cut off at {} tokens", request.max_tokens)));
+        // An answer cut off (at max_tokens, or by the context window) is not an answer: a truncated merge or profile
+        // would be stored as whole.
+        match output.stop_reason {
+            StopReason::MaxTokens => {
+                return Err(LlmError::Malformed(format!("the answer was cut off at {} tokens", request.max_tokens)));
+            }
+            StopReason::ModelContextWindowExceeded => {
+                return Err(LlmError::Malformed("the answer was cut off by the model's context window".into()));
+            }
+            _ => {}
         }
         let message = output
             .output
