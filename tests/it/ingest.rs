@@ -305,6 +305,36 @@ async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
     assert!((0..5).all(|i| profile.contains(&format!("billing-api fact {i}"))), "{profile}");
 }
 
+/// Counting an entity's active mentions does not wait for batches that merely mention it (whose mention rows hold a
+/// key-share lock on the entity until they commit), so batches naming one entity cannot deadlock there.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_active_batch_counts_mentions_while_another_batch_mentioning_the_entity_is_open(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (embedder, memories) = billing_api_facts("billing-api");
+    let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder));
+    ingestor.ingest(&batch(org, "first", memories[..1].to_vec()), Admission::Active).await.unwrap();
+    // Another batch, still open, has mentioned the entity.
+    let mut open = store::begin_for_org(&db.app, org).await.unwrap();
+    let other = memory(org, "billing-api fact from the other batch").insert(&db).await;
+    let entity: Uuid = sqlx::query_scalar("SELECT id FROM memory_entity WHERE organization_id = $1")
+        .bind(org)
+        .fetch_one(&mut *open)
+        .await
+        .unwrap();
+    store::entities::add_mention(&mut *open, org, entity, other.id).await.unwrap();
+
+    let second = batch(org, "second", memories[1..].to_vec());
+    let counted = ingestor.ingest(&second, Admission::Active);
+    let receipt = tokio::time::timeout(std::time::Duration::from_secs(5), counted).await;
+    assert!(receipt.is_ok_and(|r| r.is_ok_and(|r| r.created == 4)), "the batch did not wait for the open one");
+    open.commit().await.unwrap();
+    assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_entity_synthesis", 1)]));
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn the_same_batch_delivered_twice_changes_nothing(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;

@@ -208,7 +208,7 @@ async fn a_question_about_one_fact_gets_the_fact_and_the_profile_once_beside_it(
         };
         store::entities::set_partition_profile(&mut *tx, org, entity, &row).await.unwrap();
     }
-    store::entities::set_synthesis(&mut *tx, org, entity, profiles[0].id).await.unwrap();
+    store::entities::set_synthesis(&mut *tx, org, entity, Some(profiles[0].id)).await.unwrap();
     tx.commit().await.unwrap();
 
     let mut ask = request(org, RetrievalMode::AgentQuery, "what does E4021 mean for auth-service");

@@ -208,15 +208,17 @@ impl EntitySynthesizer {
             }
             store::entities::remove_partition_profile(&mut *tx, organization_id, entity_id, &stale.readership).await?;
         }
-        if more_stale {
+        // The rest in another job, as long as this one got somewhere (partitions whose answers were unusable come
+        // first again, so a job that wrote none would only repeat itself).
+        if more_stale && written > 0 {
             let job = EntitySynthesisJob { force: true, ..EntitySynthesisJob::new(organization_id, entity_id) };
             let body = serde_json::to_value(job).expect("a job serialises");
             store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryEntitySynthesis, body).await?;
         }
         let profiles = current_profiles(&mut tx, organization_id, &entity).await?;
-        if let Some(primary) = profiles.first().map(|p| p.profile.id)
-            && entity.synthesis_memory_id != Some(primary)
-        {
+        // The entity points at its primary profile, or at none when no partition has one.
+        let primary = profiles.first().map(|p| p.profile.id);
+        if entity.synthesis_memory_id != primary {
             store::entities::set_synthesis(&mut *tx, organization_id, entity_id, primary).await?;
         }
         tx.commit().await?;

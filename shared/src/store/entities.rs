@@ -114,11 +114,13 @@ pub async fn queue_due_syntheses(
         *added.entry(entity).or_default() += 1;
     }
     let ids: Vec<Uuid> = added.keys().copied().collect();
-    sqlx::query("SELECT id FROM memory_entity WHERE organization_id = $1 AND id = ANY($2) ORDER BY id FOR UPDATE")
-        .bind(organization_id)
-        .bind(&ids)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "SELECT id FROM memory_entity WHERE organization_id = $1 AND id = ANY($2) ORDER BY id FOR NO KEY UPDATE",
+    )
+    .bind(organization_id)
+    .bind(&ids)
+    .execute(&mut *conn)
+    .await?;
     for (entity, added) in added {
         let now = active_mention_count(&mut *conn, organization_id, entity).await?;
         if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
@@ -241,12 +243,12 @@ pub async fn remove_partition_profile(
         .map(|r| r.rows_affected())
 }
 
-/// Points an entity at its current synthesised profile.
+/// Points an entity at its current synthesised profile (None: it has none).
 pub async fn set_synthesis(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
     entity_id: Uuid,
-    memory_id: Uuid,
+    memory_id: Option<Uuid>,
 ) -> sqlx::Result<u64> {
     sqlx::query(
         "UPDATE memory_entity SET synthesis_memory_id = $3, updated_at = now() WHERE organization_id = $1 AND id = $2",
