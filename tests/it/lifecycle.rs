@@ -203,6 +203,42 @@ async fn a_profile_the_model_cannot_finish_is_skipped_and_the_others_are_written
     assert_eq!(synthesis.profiles.iter().map(|p| p.profile.scope).collect::<Vec<_>>(), [Scope::Org]);
 }
 
+/// An entity whose profiled partition lost its sources, and whose new partition's answer was unusable, keeps no
+/// current profile, and points at none (not at the archived one).
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_entity_left_without_a_current_profile_points_at_none(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let (org, project) = (Uuid::now_v7(), Uuid::now_v7());
+    let mut sources = Vec::new();
+    for i in 0..5 {
+        sources.push(memory(org, &format!("billing-api fact {i}")).insert(&db).await);
+    }
+    let entity = integration_tests::mention_all(&db, org, "billing-api", &sources.iter().collect::<Vec<_>>()).await;
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |req| {
+        if req.prompt.contains("project fact") {
+            Err(memory_core::llm::LlmError::Malformed("the answer was cut off at 1000 tokens".into()))
+        } else {
+            Ok("billing-api: the payments service.".into())
+        }
+    }));
+    let synthesizer = EntitySynthesizer::new(llm, None);
+    let profile = synthesizer.synthesize_profile(&db.app, org, entity).await.unwrap().primary().unwrap().profile.id;
+    // The org-wide sources go; a project's memory is all that mentions the entity now.
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    for source in &sources {
+        store::transitions::archive(&mut tx, org, source.id, "test").await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let project_fact = memory(org, "billing-api project fact").scope(Scope::Project).project(project).insert(&db).await;
+    integration_tests::mention_all(&db, org, "billing-api", &[&project_fact]).await;
+
+    let synthesis = synthesizer.synthesize_profile(&db.app, org, entity).await.unwrap();
+    assert!(synthesis.profiles.is_empty());
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    assert_eq!(store::memories::get(&mut *tx, org, profile).await.unwrap().unwrap().status, MemoryStatus::Archived);
+    assert_eq!(store::entities::get(&mut *tx, org, entity).await.unwrap().unwrap().synthesis_memory_id, None);
+}
+
 mod contradiction {
     use integration_tests::{Db, axis, everything_contradicts, memory, vector_with_similarity};
     use memory_core::{
