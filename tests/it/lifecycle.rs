@@ -239,6 +239,31 @@ async fn an_entity_left_without_a_current_profile_points_at_none(opts: PgPoolOpt
     assert_eq!(store::entities::get(&mut *tx, org, entity).await.unwrap().unwrap().synthesis_memory_id, None);
 }
 
+/// A synthesis whose every answer is unusable writes nothing and queues no follow-up for the partitions it left:
+/// they would come first again, and the follow-up would only repeat it.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_synthesis_that_wrote_nothing_queues_no_follow_up(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::lifecycle::synthesis::PARTITIONS_PER_JOB;
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    // One partition per project: more than a job writes.
+    let mut sources = Vec::new();
+    for i in 0..=PARTITIONS_PER_JOB {
+        let project = Uuid::now_v7();
+        sources.push(
+            memory(org, &format!("billing-api fact {i}")).scope(Scope::Project).project(project).insert(&db).await,
+        );
+    }
+    let entity = integration_tests::mention_all(&db, org, "billing-api", &sources.iter().collect::<Vec<_>>()).await;
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| {
+        Err(memory_core::llm::LlmError::Malformed("the answer was cut off at 1000 tokens".into()))
+    }));
+    let synthesis = EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
+    assert_eq!(synthesis.written, 0);
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    assert!(store::jobs::unsent_counts(&mut *tx, org).await.unwrap().is_empty(), "no follow-up job");
+}
+
 mod contradiction {
     use integration_tests::{Db, axis, everything_contradicts, memory, vector_with_similarity};
     use memory_core::{
