@@ -136,6 +136,24 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", new.id));
 }
 
+/// Sessions of this test's database waiting for a lock, once at least one is (or after 10 s).
+async fn lock_waiters(db: &Db) -> i64 {
+    let mut waiting = 0;
+    for _ in 0..200 {
+        waiting = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+        if waiting >= 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    waiting
+}
+
 /// The sweep and a late contradiction check racing for one candidate: the sweep waits for the check's locks, sees
 /// the candidate decided, and leaves it (no conflict that would roll back the organisation's sweep).
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -155,19 +173,7 @@ async fn a_check_that_finishes_while_the_sweep_waits_for_its_candidate_decides_i
     let mut check = store::begin_for_org(&db.app, org).await.unwrap();
     store::transitions::lock(&mut check, org, &[candidate.id]).await.unwrap();
     let finish_check = async {
-        let mut waiting: i64 = 0;
-        for _ in 0..200 {
-            waiting = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&db.admin)
-            .await
-            .unwrap();
-            if waiting >= 1 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        let waiting = lock_waiters(&db).await;
         assert_eq!(waiting, 1, "the sweep waits for the check");
         store::memories::mark_checked(&mut *check, org, candidate.id).await.unwrap();
         store::transitions::promote(&mut check, org, candidate.id).await.unwrap();
@@ -227,19 +233,7 @@ async fn promotions_at_once_queue_the_synthesis_their_mentions_make_due(opts: Pg
     store::transitions::promote(&mut first, org, fourth).await.unwrap();
     store::entities::queue_due_syntheses(&mut first, org, &[fourth]).await.unwrap();
     let commit_first = async {
-        let mut waiting: i64 = 0;
-        for _ in 0..200 {
-            waiting = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&db.admin)
-            .await
-            .unwrap();
-            if waiting >= 1 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        let waiting = lock_waiters(&db).await;
         assert_eq!(waiting, 1, "the second promotion waits for the entity");
         first.commit().await.unwrap();
     };
