@@ -223,11 +223,13 @@ fn billing_api_facts(name: &str) -> (FixedEmbedder, Vec<serde_json::Value>) {
     (embedder, memories)
 }
 
-/// Hands the organisation's unsent synthesis jobs to the synthesis worker running `llm`, as SQS would; asserts that
-/// none failed.
-async fn run_syntheses(db: &Db, org: Uuid, llm: Arc<ScriptedLlm>) {
+/// Sends up to `limit` of the organisation's unsent jobs of `job_type` from the job outbox, as the relay does, and
+/// hands them to `worker` as SQS would deliver them; asserts that none failed.
+async fn deliver_jobs<H: aws_edge::sqs::JobHandler>(db: &Db, org: Uuid, job_type: JobType, limit: i64, worker: &H) {
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-    let jobs = store::jobs::claim_unsent(&mut tx, org, &[JobType::MemoryEntitySynthesis], &[], 10).await.unwrap();
+    let jobs = store::jobs::claim_unsent(&mut tx, org, &[job_type], &[], limit).await.unwrap();
+    let sent: Vec<Uuid> = jobs.iter().map(|job| job.id).collect();
+    store::jobs::mark_sent(&mut *tx, org, &sent).await.unwrap();
     tx.commit().await.unwrap();
     let mut event = SqsEvent::default();
     for job in jobs {
@@ -236,8 +238,13 @@ async fn run_syntheses(db: &Db, org: Uuid, llm: Arc<ScriptedLlm>) {
         record.body = Some(job.body.to_string());
         event.records.push(record);
     }
+    assert!(aws_edge::sqs::process(worker, None, event).await.unwrap().batch_item_failures.is_empty());
+}
+
+/// Runs the organisation's unsent synthesis jobs on the synthesis worker with `llm`.
+async fn run_syntheses(db: &Db, org: Uuid, llm: Arc<ScriptedLlm>) {
     let worker = workers::Worker::new(db.app.clone(), EntitySynthesizer::new(llm, None));
-    assert!(aws_edge::sqs::process(&worker, None, event).await.unwrap().batch_item_failures.is_empty());
+    deliver_jobs(db, org, JobType::MemoryEntitySynthesis, 10, &worker).await;
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -277,18 +284,20 @@ async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let (embedder, memories) = billing_api_facts("billing-api");
-    let receipt = Ingestor::new(db.app.clone(), Arc::new(embedder))
+    Ingestor::new(db.app.clone(), Arc::new(embedder))
         .ingest(&batch(org, "b1", memories), Admission::Candidate)
         .await
         .unwrap();
     assert_eq!(unsent_jobs(&db, org).await, counts(&[("memory_contradiction_check", 5)]), "no synthesis yet");
 
-    let detector = ContradictionDetector::new(Arc::new(ScriptedLlm::new()));
-    for (i, id) in receipt.memory_ids.iter().enumerate() {
-        detector.check(&db.app, org, *id).await.unwrap();
+    // The contradiction worker takes its checks one at a time, as the queue delivers them.
+    let checks = workers::Worker::new(db.app.clone(), ContradictionDetector::new(Arc::new(ScriptedLlm::new())));
+    for promoted in 1..=5 {
+        deliver_jobs(&db, org, JobType::MemoryContradictionCheck, 1, &checks).await;
         let synthesis = unsent_jobs(&db, org).await.into_iter().any(|(job, _)| job == "memory_entity_synthesis");
-        assert_eq!(synthesis, i == 4, "after promotion {}", i + 1);
+        assert_eq!(synthesis, promoted == 5, "after promotion {promoted}");
     }
+    assert_eq!(statuses(&db, org).await.iter().filter(|(_, s)| *s == MemoryStatus::Active).count(), 5);
 
     let parrot = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |request| {
         Ok(memory_core::llm::quoted_texts(&request.prompt).join(" | "))

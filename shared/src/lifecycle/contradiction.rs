@@ -77,15 +77,13 @@ impl ContradictionDetector {
             .ok_or(crate::Error::NotFound { kind: "memory", id: memory_id })?;
         // The model judges only what it reads whole: a memory longer than a prompt quotes is not compared.
         let candidates = if read_whole(&new) {
-            let (max_chars, id) = (QUOTED_CHARS as i64, memory_id);
-            let (low, high) = (MIN_COSINE, MAX_COSINE);
+            let (similar, longest) = ((MIN_COSINE, MAX_COSINE), QUOTED_CHARS as i64);
             store::contradiction::unreviewed_candidates(
                 &mut tx,
                 organization_id,
-                id,
-                low,
-                high,
-                max_chars,
+                memory_id,
+                similar,
+                longest,
                 MAX_CANDIDATES,
             )
             .await?

@@ -20,8 +20,7 @@ pub async fn unreviewed_candidates(
     conn: &mut PgConnection,
     organization_id: Uuid,
     memory_id: Uuid,
-    low: f64,
-    high: f64,
+    (low, high): (f64, f64),
     max_chars: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<SimilarMemory>> {
