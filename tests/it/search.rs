@@ -8,7 +8,8 @@ use memory_core::{
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
         self, ScopeFilter, SearchFilters,
-        branches::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
+        branches::{CandidateExtras, CandidateRow},
+        keyword::{Bm25, KeywordSearch},
     },
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -290,10 +291,10 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         rows: 5,
         extras: CandidateExtras::NONE,
         bm25,
-        postings_per_term: store::branches::POSTINGS_PER_TERM,
+        postings_per_term: store::keyword::POSTINGS_PER_TERM,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
-    let rows = store::branches::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
+    let rows = store::keyword::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     rows
 }

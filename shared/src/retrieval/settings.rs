@@ -3,7 +3,7 @@
 use super::ranking::{RankingFormula, RankingWeights};
 use crate::{
     config::{ConfigError, in_range, parsed_or},
-    store::branches::{Bm25, POSTINGS_PER_TERM},
+    store::keyword::{Bm25, POSTINGS_PER_TERM},
 };
 
 /// Tunables of the retrieval pipeline. `Default` is what the service runs; [`RetrievalConfig::spec`] ranks by the

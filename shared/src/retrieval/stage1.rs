@@ -10,7 +10,8 @@ use crate::{
     domain::Memory,
     store::{
         self, ScopeFilter, SearchFilters,
-        branches::{Bm25, CandidateExtras, CandidateRow, KeywordSearch},
+        branches::{CandidateExtras, CandidateRow},
+        keyword::{Bm25, KeywordSearch},
     },
 };
 
@@ -130,7 +131,7 @@ pub async fn keyword_branch(
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
     let search = settings.keyword_search(text, query);
-    let found = store::branches::keyword_branch(&mut tx, scope, filters, &search).await?;
+    let found = store::keyword::keyword_branch(&mut tx, scope, filters, &search).await?;
     tx.commit().await?;
     Ok(found)
 }

@@ -11,6 +11,7 @@ pub mod export;
 pub mod forget;
 pub mod ingest;
 pub mod jobs;
+pub mod keyword;
 pub mod memories;
 pub mod outbox;
 mod predicates;

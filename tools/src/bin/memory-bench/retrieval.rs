@@ -282,8 +282,8 @@ async fn keyword_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, s
         let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
         let ids = |rows: Vec<CandidateRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
         let search = retriever.branch_settings(10).keyword_search(&probe.text, None);
-        let bounded = ids(store::branches::keyword_branch(&mut tx, &scope, &filters, &search).await?);
-        let exact = ids(store::branches::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
+        let bounded = ids(store::keyword::keyword_branch(&mut tx, &scope, &filters, &search).await?);
+        let exact = ids(store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
         tx.commit().await?;
         hits += bounded.iter().filter(|id| exact.contains(id)).count();
         expected += exact.len();
