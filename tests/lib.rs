@@ -292,3 +292,21 @@ pub async fn agent_with_scopes(db: &Db, org: Uuid, scopes: &[Scope]) -> Uuid {
     tx.commit().await.expect("commit");
     agent
 }
+
+/// Sessions of this test's database waiting for a lock, once at least one is (or after 10 s).
+pub async fn lock_waiters(db: &Db) -> i64 {
+    let mut waiting = 0;
+    for _ in 0..200 {
+        waiting = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+        if waiting >= 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    waiting
+}

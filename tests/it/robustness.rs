@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use integration_tests::{Db, axis, memory, mention_all, vector_with_similarity};
+use integration_tests::{Db, axis, lock_waiters, memory, mention_all, vector_with_similarity};
 use memory_core::{
     domain::{MemoryStatus, TrustLevel},
     lifecycle::{contradiction::ContradictionDetector, sweep, synthesis::EntitySynthesizer},
@@ -134,24 +134,6 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
     let held = store::review::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", new.id));
-}
-
-/// Sessions of this test's database waiting for a lock, once at least one is (or after 10 s).
-async fn lock_waiters(db: &Db) -> i64 {
-    let mut waiting = 0;
-    for _ in 0..200 {
-        waiting = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&db.admin)
-        .await
-        .unwrap();
-        if waiting >= 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    waiting
 }
 
 /// The sweep and a late contradiction check racing for one candidate: the sweep waits for the check's locks, sees
