@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
-use integration_tests::{Db, FixedEmbedder, axis, memory, retriever, vector_with_similarity};
+use integration_tests::{Db, FixedEmbedder, axis, lock_waiters, memory, retriever, vector_with_similarity};
 use memory_core::{
     domain::{MemoryType, Scope},
+    ingest::{Admission, IngestBatch, Ingestor},
+    lifecycle::{forget::ForgetSelector, sweep},
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
         self, ScopeFilter, SearchFilters,
@@ -291,7 +293,6 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         rows: 5,
         extras: CandidateExtras::NONE,
         bm25,
-        postings_per_term: store::keyword::POSTINGS_PER_TERM,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
     let rows = store::keyword::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
@@ -299,8 +300,8 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
     rows
 }
 
-/// The first keyword pass ranks only the best `4 × limit` memories before the scope filter; when the filter leaves
-/// fewer than `limit`, the exact pass must find the readable memories ranked below that cut.
+/// The keyword branch joins its ranking to the memories in rounds, the first of `4 × limit`; when the scope filter
+/// leaves fewer than `limit` in it, a later round must find the readable memories ranked below that cut.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
     opts: PgPoolOptions,
@@ -408,4 +409,195 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     let changes = store::ann::reconcile(&db.admin, 10).await.unwrap();
     assert_eq!(changes.dropped, vec![large]);
     assert!(store::ann::indexed_tenants(&db.admin).await.unwrap().is_empty());
+}
+
+/// Memories whose texts share a small vocabulary, some words repeated (tf > 1), of varied lengths: every query of
+/// [`VOCABULARY_QUERIES`] matches many of them with many distinct scores.
+fn vocabulary_texts(count: usize, seed: u64) -> Vec<String> {
+    const WORDS: [&str; 12] = [
+        "kestrel", "osprey", "heron", "falcon", "plover", "curlew", "merlin", "dunlin", "avocet", "godwit", "shrike",
+        "wagtail",
+    ];
+    let mut state = seed;
+    let mut next = move |n: u64| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) % n
+    };
+    (0..count)
+        .map(|i| {
+            let words = 2 + next(9) as usize;
+            let mut text: Vec<&str> = (0..words).map(|_| WORDS[next(WORDS.len() as u64) as usize]).collect();
+            text.push(["note", "entry", "record"][i % 3]);
+            text.join(" ")
+        })
+        .collect()
+}
+
+const VOCABULARY_QUERIES: [&str; 5] =
+    ["kestrel", "osprey heron", "falcon plover curlew merlin", "dunlin avocet -godwit", "shrike wagtail note"];
+
+/// Ingests `texts` as one batch of organisation-wide memories (each embedded on its own axis, so none is a near
+/// duplicate of another); returns their ids in order.
+async fn ingest_texts(db: &Db, org: Uuid, batch_id: &str, texts: &[String], first_axis: usize) -> Vec<Uuid> {
+    let embedder =
+        texts.iter().enumerate().fold(FixedEmbedder::default(), |e, (i, text)| e.with(text, axis(first_axis + i)));
+    let memories: Vec<serde_json::Value> = texts
+        .iter()
+        .map(|text| {
+            serde_json::json!({
+                "content": text, "memory_type": "semantic", "scope": "org", "confidence": 0.9,
+                "provenance": {"source_kind": "conversation_turn", "source_ref": "run-1", "trust_level": "verified"}
+            })
+        })
+        .collect();
+    let batch: IngestBatch = serde_json::from_value(serde_json::json!({
+        "job_type": "memory_ingest", "organization_id": org, "batch_id": batch_id, "memories": memories
+    }))
+    .unwrap();
+    let receipt = Ingestor::new(db.app.clone(), Arc::new(embedder)).ingest(&batch, Admission::Active).await.unwrap();
+    assert_eq!(receipt.memory_ids.len(), texts.len(), "every text is its own memory");
+    receipt.memory_ids
+}
+
+/// The keyword branch against the row-wise reference for every query of [`VOCABULARY_QUERIES`], all matches
+/// returned: the same memories, and position by position the same score.
+async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
+    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    for text in VOCABULARY_QUERIES {
+        let search = KeywordSearch {
+            text_search_config: "memory_text",
+            text,
+            query: None,
+            rows: 1_000,
+            extras: CandidateExtras::NONE,
+            bm25: Bm25::default(),
+        };
+        let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
+        let scored = |rows: Vec<CandidateRow>| -> Vec<(Uuid, f64)> {
+            rows.into_iter().map(|r| (r.memory.id, r.keyword_score.unwrap())).collect()
+        };
+        let filters = SearchFilters::default();
+        let branch = scored(store::keyword::keyword_branch(&mut tx, &scope, &filters, &search).await.unwrap());
+        let reference = scored(store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search).await.unwrap());
+        tx.commit().await.unwrap();
+        assert!(branch.len() > 3, "{text:?} matches several memories");
+        assert_eq!(branch.len(), reference.len(), "{text:?}");
+        for (b, r) in branch.iter().zip(&reference) {
+            assert!((b.1 - r.1).abs() < 1e-9, "{text:?}: {b:?} against {r:?}");
+        }
+        let ids = |rows: &[(Uuid, f64)]| rows.iter().map(|r| r.0).collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(ids(&branch), ids(&reference), "{text:?}");
+    }
+}
+
+/// Lexemes whose postings, as the branch reads them (the packed list less the postings gone since, plus the tail),
+/// differ from `memory_posting`, their source of truth.
+async fn postings_read_apart_from_truth(db: &Db, org: Uuid) -> Vec<String> {
+    sqlx::query_scalar(
+        "WITH listed AS (
+             SELECT l.lexeme, substring(l.postings FROM i * 24 + 1 FOR 24) AS posting
+             FROM memory_posting_list l, generate_series(0, length(l.postings) / 24 - 1) i
+             WHERE l.organization_id = $1),
+         read AS (
+             SELECT lexeme, posting FROM listed
+             WHERE NOT EXISTS (SELECT 1 FROM memory_posting_gone g
+                               WHERE g.organization_id = $1 AND g.lexeme = listed.lexeme
+                                 AND uuid_send(g.memory_id) = substring(listed.posting FROM 1 FOR 16))
+             UNION ALL
+             SELECT lexeme, uuid_send(memory_id) || int4send(tf) || int4send(doc_length) FROM memory_posting
+             WHERE organization_id = $1 AND NOT packed),
+         truth AS (
+             SELECT lexeme, uuid_send(memory_id) || int4send(tf) || int4send(doc_length) AS posting
+             FROM memory_posting WHERE organization_id = $1)
+         SELECT DISTINCT lexeme FROM ((TABLE read EXCEPT ALL TABLE truth) UNION ALL (TABLE truth EXCEPT ALL TABLE read)) d
+         ORDER BY 1",
+    )
+    .bind(org)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap()
+}
+
+/// (postings in the tail, postings recorded gone) of the organisation.
+async fn unpacked(db: &Db, org: Uuid) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memory_posting WHERE organization_id = $1 AND NOT packed), \
+                (SELECT count(*) FROM memory_posting_gone WHERE organization_id = $1)",
+    )
+    .bind(org)
+    .fetch_one(&db.admin)
+    .await
+    .unwrap()
+}
+
+/// The branch reads the packed lists, their tails and what is gone from them; through ingest, the lifecycle sweep's
+/// packing, text edits and forgetting, it ranks every query as the row-wise computation over `memory_posting` does.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_keyword_branch_ranks_as_the_row_wise_reference_through_writes_packing_edits_and_forgetting(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let texts = vocabulary_texts(90, 7);
+    let first = ingest_texts(&db, org, "first", &texts[..60], 0).await;
+    assert!(unpacked(&db, org).await.0 > 0, "what ingest wrote is the tail");
+    assert_branch_matches_reference(&db, org).await;
+
+    let report = sweep::run(&db.app, chrono::TimeDelta::hours(2), 100).await.unwrap();
+    assert!(report.lexemes_packed >= 12, "{report:?}");
+    assert_eq!(unpacked(&db, org).await, (0, 0));
+    assert_branch_matches_reference(&db, org).await;
+
+    ingest_texts(&db, org, "second", &texts[60..], 60).await;
+    for (id, text) in [(first[0], "kestrel kestrel kestrel osprey"), (first[1], "a heron note")] {
+        sqlx::query("UPDATE memory SET content = $2 WHERE id = $1")
+            .bind(id)
+            .bind(text)
+            .execute(&db.admin)
+            .await
+            .unwrap();
+    }
+    let forgotten = ForgetSelector::Memories(first[2..6].to_vec());
+    assert_eq!(memory_core::lifecycle::forget::forget(&db.app, org, &forgotten).await.unwrap(), 4);
+    let (tail, gone) = unpacked(&db, org).await;
+    assert!(tail > 0 && gone > 0, "lists, tails and postings gone from the lists: {tail}, {gone}");
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+    assert_branch_matches_reference(&db, org).await;
+
+    sweep::run(&db.app, chrono::TimeDelta::hours(2), 100).await.unwrap();
+    assert_eq!(unpacked(&db, org).await, (0, 0));
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+    assert_branch_matches_reference(&db, org).await;
+}
+
+/// A packing that meets a text edit in flight: it waits for the edit's deletions, and the postings the edit deleted
+/// are in no list (nor recorded gone), those it wrote stay in the tail.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_text_edited_while_its_postings_are_packed_leaves_no_stale_posting(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let texts = vocabulary_texts(40, 11);
+    let ids = ingest_texts(&db, org, "first", &texts, 0).await;
+
+    let mut edit = db.admin.begin().await.unwrap();
+    sqlx::query("UPDATE memory SET content = 'a kestrel and an osprey' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&mut *edit)
+        .await
+        .unwrap();
+    let packing = tokio::spawn({
+        let pool = db.app.clone();
+        async move { store::keyword::pack(&pool, org, store::keyword::PACK_LEXEMES).await.unwrap() }
+    });
+    assert_eq!(lock_waiters(&db).await, 1, "the packing waits for the edit's deleted postings");
+    edit.commit().await.unwrap();
+    assert!(packing.await.unwrap() > 0);
+
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+    assert_eq!(unpacked(&db, org).await, (2, 0), "the edit's two postings are the tail; no packed one was deleted");
+    assert_branch_matches_reference(&db, org).await;
 }

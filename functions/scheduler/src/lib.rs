@@ -3,7 +3,7 @@
 //!   flushes left behind (for example while EventBridge or SQS was unreachable);
 //! - `{"task": "lifecycle_sweep"}`: queues the review of deferred dedup pairs whose memories are both active, and
 //!   promotes unchecked (recording why) candidates the contradiction check did not decide within
-//!   `MEMORY_CANDIDATE_BOUND_MINUTES` (120);
+//!   `MEMORY_CANDIDATE_BOUND_MINUTES` (120), and packs the keyword postings written or deleted since the last run;
 //! - `{"task": "prune"}`: deletes published events and sent jobs after a week, batch records after the queues'
 //!   retention, and dedup pairs that can never be reviewed again;
 //! - `{"task": "file_scan"}`: the daily fan-out, one `memory_file_scan` job per organisation with file-backed
@@ -60,6 +60,7 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
                 "reviews_queued": report.reviews_queued,
                 "archived_expired": report.archived_expired,
                 "promoted_unchecked": report.promoted_unchecked,
+                "lexemes_packed": report.lexemes_packed,
                 "sent": sent.published,
             })
         }

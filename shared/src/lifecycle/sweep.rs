@@ -2,9 +2,10 @@
 //! undone is done here. Deferred dedup pairs whose memories are both active get a review queued (promotion and
 //! merges queue theirs as they happen), and a candidate that the contradiction check has not decided within the
 //! bound (its check failed until it dead-lettered, say) is decided by rule: promoted unchecked, with the reason held
-//! for a person in `memory_held_decision`, unless its confidence is below the promotion confidence. [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published
-//! events and sent jobs after a week, batch records after the queues' retention, and dedup pairs that can never be
-//! reviewed again.
+//! for a person in `memory_held_decision`, unless its confidence is below the promotion confidence. Each visited
+//! organisation's keyword postings written or deleted since the last run are packed ([`store::keyword::pack`]).
+//! [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published events and sent jobs after a
+//! week, batch records after the queues' retention, and dedup pairs that can never be reviewed again.
 
 use chrono::TimeDelta;
 use sqlx::PgPool;
@@ -29,6 +30,8 @@ pub struct SweepReport {
     pub promoted_unchecked: usize,
     /// Memories whose time to live had passed, archived (retrieval stopped returning them when it passed).
     pub archived_expired: usize,
+    /// Keyword lists packed again with the postings written or deleted since.
+    pub lexemes_packed: u64,
 }
 
 /// Expired memories one run archives per organisation at most (the next run takes the rest).
@@ -48,6 +51,7 @@ pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) 
             report.archived_expired += 1;
         }
         tx.commit().await?;
+        report.lexemes_packed += store::keyword::pack(pool, organization_id, store::keyword::PACK_LEXEMES).await?;
     }
     Ok(report)
 }

@@ -118,7 +118,6 @@ impl Retriever {
             kept_after_fusion: self.config.kept_after_fusion.max(max_results),
             text_search_config: &self.text_search_config,
             bm25: self.config.bm25,
-            keyword_postings_per_term: self.config.keyword_postings_per_term,
             vector_timeout_ms: self.config.vector_budget_ms,
             keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,

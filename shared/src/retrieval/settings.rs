@@ -3,7 +3,7 @@
 use super::ranking::{RankingFormula, RankingWeights};
 use crate::{
     config::{ConfigError, in_range, parsed_or},
-    store::keyword::{Bm25, POSTINGS_PER_TERM},
+    store::keyword::Bm25,
 };
 
 /// Tunables of the retrieval pipeline. `Default` is what the service runs; [`RetrievalConfig::spec`] ranks by the
@@ -38,9 +38,6 @@ pub struct RetrievalConfig {
     pub read_budget_ms: u64,
     /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
     pub bm25: Bm25,
-    /// Postings the keyword branch's first pass reads per query term (`MEMORY_KEYWORD_POSTINGS`): more keeps a
-    /// large tenant's top ten closer to exact BM25, for more time on queries of its common terms.
-    pub keyword_postings_per_term: usize,
 }
 
 impl Default for RetrievalConfig {
@@ -59,7 +56,6 @@ impl Default for RetrievalConfig {
             keyword_budget_ms: 2_000,
             read_budget_ms: 2_000,
             bm25: Bm25::default(),
-            keyword_postings_per_term: POSTINGS_PER_TERM,
         }
     }
 }
@@ -95,11 +91,6 @@ impl RetrievalConfig {
                 k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
                 b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,
             },
-            keyword_postings_per_term: in_range(
-                "MEMORY_KEYWORD_POSTINGS",
-                d.keyword_postings_per_term,
-                100..=1_000_000,
-            )?,
         })
     }
 }

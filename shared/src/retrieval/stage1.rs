@@ -46,8 +46,6 @@ pub struct BranchSettings<'a> {
     pub kept_after_fusion: usize,
     pub text_search_config: &'a str,
     pub bm25: Bm25,
-    /// Postings the keyword branch's first pass reads per query term.
-    pub keyword_postings_per_term: usize,
     /// Statement timeouts of the branches: a branch over its budget fails and the request goes on without it.
     pub vector_timeout_ms: u64,
     pub keyword_timeout_ms: u64,
@@ -146,7 +144,6 @@ impl<'a> BranchSettings<'a> {
             rows: self.rows_per_branch,
             extras: self.extras,
             bm25: self.bm25,
-            postings_per_term: self.keyword_postings_per_term,
         }
     }
 }

@@ -1,8 +1,16 @@
-//! The keyword branch: BM25 over the organisation's keyword postings, inside the scope predicate and the metadata
-//! filters.
+//! The keyword branch: exact BM25 over every posting of the query's terms, inside the scope predicate and the
+//! metadata filters.
+//!
+//! A term's postings are read whole as stored (migration 0033): its packed list less the packed postings deleted
+//! since, plus the tail written since. They are scored here rather than by PostgreSQL's executor, which costs about
+//! a microsecond a row; the best memories are then joined to `memory`, in rounds, until `rows` pass the scope, the
+//! filters and the tsquery's re-check. [`pack`] folds a tail into its list.
+
+use std::collections::{HashMap, HashSet};
 
 use pgvector::Vector;
-use sqlx::{FromRow, PgConnection, QueryBuilder};
+use sqlx::{FromRow, PgConnection, PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
 
 use super::{
     ScopeFilter, SearchFilters,
@@ -26,26 +34,10 @@ impl Default for Bm25 {
     }
 }
 
-/// Postings the keyword branch's first pass reads per query term unless configured (`MEMORY_KEYWORD_POSTINGS`).
-/// At the 1M benchmark's largest tenant (100k memories) its top 10 agree with exact BM25 on 0.600; 8,000 reach 0.995
-/// for about 4 ms more keyword p95 (docs/benchmarks.md#the-keyword-branch-at-1m-memories).
-pub const POSTINGS_PER_TERM: usize = 2_000;
-
-/// How much work one pass of the keyword branch may do.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct KeywordBounds {
-    /// Postings read per query term, highest tf then shortest memory first; a term in more memories than this is
-    /// read partially (its low idf keeps the lost contributions small). `None` reads every posting.
-    postings_per_term: Option<i64>,
-    /// Best-scoring memories kept before the scope and filters are applied; `None` keeps all.
-    ranked_before_filter: Option<i64>,
-}
-
-impl KeywordBounds {
-    const EXACT: Self = Self { postings_per_term: None, ranked_before_filter: None };
-    /// Bounds of the first pass. 2,000 postings of a term are a few hundred microseconds of index-only scan.
-    fn bounded(rows: usize, postings_per_term: usize) -> Self {
-        Self { postings_per_term: Some(postings_per_term as i64), ranked_before_filter: Some(4 * rows as i64) }
+impl Bm25 {
+    /// The score one term adds to a memory holding it `tf` times in `length` lexemes.
+    fn weight(self, idf: f64, tf: f64, length: f64, average_length: f64) -> f64 {
+        idf * tf * (self.k1 + 1.0) / (tf + self.k1 * (1.0 - self.b + self.b * length / average_length))
     }
 }
 
@@ -61,103 +53,186 @@ pub struct KeywordSearch<'a> {
     pub rows: usize,
     pub extras: CandidateExtras,
     pub bm25: Bm25,
-    /// Postings the first pass reads per query term, highest tf then shortest memory first.
-    pub postings_per_term: usize,
 }
 
-#[derive(FromRow)]
-struct KeywordRow {
-    #[sqlx(flatten)]
-    candidate: CandidateRow,
-    /// Whether the pass's bounds may have hidden a match (a selective term had more postings, or more memories
-    /// matched, than read).
-    truncated: bool,
-}
-
-/// Full-text matches of `text` (any of its terms and phrases; -exclusions honoured), ranked by BM25 with the
-/// organisation's term statistics, best first. `keyword_score` is BM25 / (1 + BM25), in [0, 1).
-///
-/// Scores come from `memory_posting` alone (index-only scans); only the best are joined to `memory` for the
-/// scope, the filters and the tsquery re-check. A first pass bounds that work; when its bounds may have hidden a
-/// match and it found fewer than `rows` rows, an exact pass reads everything. With metadata filters, which may reject
-/// most of a tenant, the exact pass runs directly.
+/// Full-text matches of `text` (any of its terms and phrases; -exclusions honoured) that hold one of its selective
+/// terms, ranked by BM25 with the organisation's term statistics, best first (ties by id). `keyword_score` is
+/// BM25 / (1 + BM25), in [0, 1).
 pub async fn keyword_branch(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut bounds = if filters.is_empty() {
-        KeywordBounds::bounded(search.rows, search.postings_per_term)
-    } else {
-        KeywordBounds::EXACT
-    };
-    loop {
-        let rows = keyword_pass(&mut *conn, scope, filters, search, bounds).await?;
-        let complete = rows.len() >= search.rows || rows.first().is_some_and(|r| !r.truncated);
-        if complete || bounds == KeywordBounds::EXACT {
-            return Ok(rows.into_iter().map(|r| r.candidate).collect());
-        }
-        bounds = KeywordBounds::EXACT;
+    let terms = term_postings(&mut *conn, scope.organization_id(), search).await?;
+    let ranked = rank(&terms, search.bm25);
+    // Half of a tenant is typically unreadable to one caller; filters may reject far more, so each round doubles.
+    let (mut found, mut rest, mut round) = (Vec::new(), ranked.as_slice(), 4 * search.rows.max(1));
+    while found.len() < search.rows && !rest.is_empty() {
+        let (batch, after) = rest.split_at(round.min(rest.len()));
+        found.extend(readable(&mut *conn, scope, filters, search, batch, search.rows - found.len()).await?);
+        (rest, round) = (after, 2 * round);
     }
+    Ok(found)
 }
 
-/// [`keyword_branch`] without bounds: exact BM25 over every posting (what the benchmark measures the bounded pass
-/// against).
+/// One query term as the branch scores it: its weight, and its postings as stored.
+#[derive(FromRow)]
+struct TermPostings {
+    idf: f64,
+    /// A memory must hold one of the query's selective terms to be found.
+    selective: bool,
+    average_length: f64,
+    /// The list as last packed, [`POSTING_BYTES`] a posting.
+    packed: Option<Vec<u8>>,
+    /// Postings written since, in the same layout.
+    tail: Option<Vec<u8>>,
+    /// Memories whose packed posting was deleted since, 16 bytes each.
+    gone: Option<Vec<u8>>,
+}
+
+/// A packed posting: the memory id, then its tf and length (int4, big-endian).
+const POSTING_BYTES: usize = 24;
+
+fn postings(bytes: &[u8]) -> impl Iterator<Item = (Uuid, f64, f64)> + '_ {
+    let int = |b: &[u8]| f64::from(u32::from_be_bytes(b.try_into().expect("4 bytes")));
+    bytes.chunks_exact(POSTING_BYTES).map(move |p| (uuid(&p[..16]), int(&p[16..20]), int(&p[20..])))
+}
+
+fn uuid(bytes: &[u8]) -> Uuid {
+    Uuid::from_bytes(bytes.try_into().expect("16 bytes"))
+}
+
+/// The query's terms (at most [`MAX_QUERY_TERMS`], the rarest, the most telling, first) with their postings.
+async fn term_postings(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    search: &KeywordSearch<'_>,
+) -> sqlx::Result<Vec<TermPostings>> {
+    let mut qb = QueryBuilder::new("");
+    push_weights(&mut qb, organization_id, search);
+    qb.push(
+        "SELECT w.idf, w.selective, w.avgdl AS average_length, \
+                (SELECT l.postings FROM memory_posting_list l WHERE l.organization_id = ",
+    )
+    .push_bind(organization_id)
+    .push(
+        " AND l.lexeme = w.lexeme) AS packed, \
+         (SELECT string_agg(uuid_send(p.memory_id) || int4send(p.tf) || int4send(p.doc_length), ''::bytea) \
+          FROM memory_posting p WHERE p.organization_id = ",
+    )
+    .push_bind(organization_id)
+    .push(
+        " AND p.lexeme = w.lexeme AND NOT p.packed) AS tail, \
+         (SELECT string_agg(uuid_send(g.memory_id), ''::bytea) FROM memory_posting_gone g WHERE g.organization_id = ",
+    )
+    .push_bind(organization_id)
+    .push(" AND g.lexeme = w.lexeme) AS gone FROM weights w");
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// The CTEs `corpus` (n, avgdl) and `weights` (lexeme, df, idf, avgdl, selective) of the query's terms.
+fn push_weights(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, search: &KeywordSearch<'_>) {
+    qb.push(
+        "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
+                         FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
+    )
+    .push_bind(organization_id)
+    .push(
+        "), terms AS (\
+             SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n, c.avgdl \
+             FROM memory_keyword_terms(",
+    )
+    .push_bind(search.text_search_config.to_string())
+    .push("::regconfig, ")
+    .push_bind(search.text.to_string())
+    .push(
+        ") AS t(lexeme) CROSS JOIN corpus c \
+         CROSS JOIN LATERAL (SELECT coalesce(sum(s.doc_count), 0)::float8 AS df FROM memory_term_stats s \
+                             WHERE s.organization_id = ",
+    )
+    .push_bind(organization_id)
+    .push(format!(" AND s.lexeme = t.lexeme) ts ORDER BY ts.df, t.lexeme LIMIT {MAX_QUERY_TERMS}), "))
+    // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
+    // organisation): matches on common words alone fill the list with noise that fusion then rewards.
+    .push(
+        "weights AS (SELECT lexeme, df, idf, avgdl, \
+                            row_number() OVER (ORDER BY idf DESC, lexeme) <= 3 OR df <= 0.05 * n AS selective \
+                     FROM terms) ",
+    );
+}
+
+/// The memories holding a selective term, by BM25 over every posting of `terms`, best first (ties by id).
+fn rank(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
+    let mut scores: HashMap<Uuid, f64, foldhash::fast::FixedState> = HashMap::default();
+    // The selective terms find the memories; the others only add to their scores.
+    for term in terms.iter().filter(|t| t.selective).chain(terms.iter().filter(|t| !t.selective)) {
+        let gone: HashSet<Uuid, foldhash::fast::FixedState> =
+            term.gone.as_deref().unwrap_or_default().chunks_exact(16).map(uuid).collect();
+        let packed = postings(term.packed.as_deref().unwrap_or_default()).filter(|(id, ..)| !gone.contains(id));
+        for (id, tf, length) in packed.chain(postings(term.tail.as_deref().unwrap_or_default())) {
+            let weight = bm25.weight(term.idf, tf, length, term.average_length);
+            if term.selective {
+                *scores.entry(id).or_default() += weight;
+            } else if let Some(score) = scores.get_mut(&id) {
+                *score += weight;
+            }
+        }
+    }
+    let mut ranked: Vec<(Uuid, f64)> = scores.into_iter().collect();
+    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked
+}
+
+/// Of `ranked` (best first), the first `rows` the caller may read that pass the filters and the tsquery's re-check
+/// (its phrases and -exclusions), in that order.
+async fn readable(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    ranked: &[(Uuid, f64)],
+    rows: usize,
+) -> sqlx::Result<Vec<CandidateRow>> {
+    let (ids, scores): (Vec<Uuid>, Vec<f64>) = ranked.iter().copied().unzip();
+    let mut qb = QueryBuilder::new("WITH query AS MATERIALIZED (SELECT memory_keyword_tsquery(");
+    qb.push_bind(search.text_search_config.to_string())
+        .push("::regconfig, ")
+        .push_bind(search.text.to_string())
+        .push(") AS q) ");
+    select_head(&mut qb, search.extras);
+    qb.push("1 - (m.embedding <=> ")
+        .push_bind(search.query.cloned())
+        .push(") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score FROM unnest(")
+        .push_bind(ids)
+        .push("::uuid[], ")
+        .push_bind(scores)
+        .push("::float8[]) WITH ORDINALITY AS r(memory_id, bm25, rank) CROSS JOIN query JOIN memory m ON m.organization_id = ")
+        .push_bind(scope.organization_id())
+        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" ORDER BY r.rank LIMIT ").push_bind(rows as i64);
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// [`keyword_branch`]'s ranking computed by PostgreSQL's executor from `memory_posting`, the postings' source of
+/// truth, one row per posting: the reference the benchmark and the tests hold the branch to (several times slower
+/// on a large tenant's common terms).
 pub async fn keyword_branch_exact(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let rows = keyword_pass(conn, scope, filters, search, KeywordBounds::EXACT).await?;
-    Ok(rows.into_iter().map(|r| r.candidate).collect())
-}
-
-async fn keyword_pass(
-    conn: &mut PgConnection,
-    scope: &ScopeFilter,
-    filters: &SearchFilters,
-    search: &KeywordSearch<'_>,
-    bounds: KeywordBounds,
-) -> sqlx::Result<Vec<KeywordRow>> {
-    let KeywordSearch { text_search_config, text, query, rows, extras, bm25, .. } = *search;
-    let mut qb = QueryBuilder::new(
-        "WITH corpus AS (SELECT doc_count::float8 AS n, total_length::float8 / doc_count AS avgdl \
-                         FROM memory_corpus_totals WHERE doc_count > 0 AND organization_id = ",
-    );
-    qb.push_bind(scope.organization_id())
-        .push(
-            "), terms AS (\
-                 SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n \
-                 FROM memory_keyword_terms(",
-        )
+    let KeywordSearch { text_search_config, text, query, rows, extras, bm25 } = *search;
+    let mut qb = QueryBuilder::new("");
+    push_weights(&mut qb, scope.organization_id(), search);
+    qb.push(", query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
         .push_bind(text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(text.to_string())
-        .push(
-            ") AS t(lexeme) CROSS JOIN corpus c \
-             CROSS JOIN LATERAL (SELECT coalesce(sum(s.doc_count), 0)::float8 AS df FROM memory_term_stats s \
-                                 WHERE s.organization_id = ",
-        )
-        .push_bind(scope.organization_id())
-        // At most MAX_QUERY_TERMS terms are scored, the rarest (the most telling) first: a long query costs no
-        // more than a short one.
-        .push(format!(" AND s.lexeme = t.lexeme) ts ORDER BY ts.df, t.lexeme LIMIT {MAX_QUERY_TERMS}), "))
-        // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
-        // organisation): matches on common words alone fill the list with noise that fusion then rewards.
-        .push(
-            "weights AS (SELECT lexeme, df, idf, \
-                                row_number() OVER (ORDER BY idf DESC, lexeme) <= 3 OR df <= 0.05 * n AS selective \
-                         FROM terms), ",
-        )
-        // Materialised: computed once, not for every joined row.
-        .push("query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
-        .push_bind(text_search_config.to_string())
-        .push("::regconfig, ")
-        .push_bind(text.to_string())
-        .push(") AS q), ");
-    qb.push("ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
+        .push(") AS q), ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
         .push_bind(bm25.k1 + 1.0)
         .push("::float8 / (p.tf + ")
         .push_bind(bm25.k1)
@@ -166,24 +241,11 @@ async fn keyword_pass(
         .push("::float8 + ")
         .push_bind(bm25.b)
         .push(
-            "::float8 * p.doc_length / c.avgdl))) AS bm25 \
-             FROM weights w CROSS JOIN corpus c CROSS JOIN LATERAL (\
-                 SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
+            "::float8 * p.doc_length / w.avgdl))) AS bm25 FROM weights w JOIN memory_posting p ON p.organization_id = ",
         )
         .push_bind(scope.organization_id())
-        .push(" AND p.lexeme = w.lexeme ORDER BY p.tf DESC, p.doc_length, p.memory_id LIMIT ")
-        .push_bind(bounds.postings_per_term)
-        .push(") p GROUP BY p.memory_id HAVING bool_or(w.selective) ORDER BY bm25 DESC, p.memory_id LIMIT ")
-        .push_bind(bounds.ranked_before_filter)
-        .push(") ");
+        .push(" AND p.lexeme = w.lexeme GROUP BY p.memory_id HAVING bool_or(w.selective)) ");
     select_head(&mut qb, extras);
-    // Only a cut that can hide a memory counts: a selective term read partially, or the ranking cut. A common
-    // term read partially only lowers the scores of memories already found through a selective one.
-    qb.push("coalesce((SELECT max(df) FILTER (WHERE selective) FROM weights) > ")
-        .push_bind(bounds.postings_per_term)
-        .push(" OR (SELECT count(*) FROM ranked) >= ")
-        .push_bind(bounds.ranked_before_filter)
-        .push(", false) AS truncated, ");
     qb.push("1 - (m.embedding <=> ")
         .push_bind(query.cloned())
         .push(
@@ -196,4 +258,95 @@ async fn keyword_pass(
     filters.push_sql(&mut qb);
     qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(rows as i64);
     qb.build_query_as().fetch_all(conn).await
+}
+
+/// Lexemes one [`pack`] call folds at most, unless asked otherwise.
+pub const PACK_LEXEMES: i64 = 5_000;
+
+/// Packs again the lists of the organisation's lexemes that have postings written or deleted since they were last
+/// packed (at most `max_lexemes`, the next call takes the rest); returns how many it packed. Retrieval stays exact
+/// whether or not this runs; what it saves is the tail's row-wise read.
+pub async fn pack(pool: &PgPool, organization_id: Uuid, max_lexemes: i64) -> sqlx::Result<u64> {
+    let mut tx = super::begin_for_org(pool, organization_id).await?;
+    // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
+    // the postings the first marks packed neither as packed nor as its own to mark.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('memory_posting_list'), hashtext($1::text))")
+        .bind(organization_id)
+        .execute(&mut *tx)
+        .await?;
+    // One statement, one snapshot: a list is rebuilt from the postings already packed and those this statement
+    // marks. A posting written meanwhile is not visible to it and stays in the tail; one deleted meanwhile either
+    // is not marked (its deletion committed first) or is recorded gone by its deletion (which waited for the mark).
+    let packed = sqlx::query(
+        "WITH due AS MATERIALIZED (\
+             SELECT lexeme FROM (SELECT lexeme FROM memory_posting WHERE organization_id = $1 AND NOT packed \
+                                 UNION SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1) d \
+             ORDER BY lexeme LIMIT $2), \
+         marked AS (\
+             UPDATE memory_posting p SET packed = true FROM due \
+             WHERE p.organization_id = $1 AND p.lexeme = due.lexeme AND NOT p.packed \
+             RETURNING p.lexeme, p.memory_id, p.tf, p.doc_length), \
+         cleared AS (\
+             DELETE FROM memory_posting_gone g USING due WHERE g.organization_id = $1 AND g.lexeme = due.lexeme), \
+         current AS (\
+             SELECT p.lexeme, p.memory_id, p.tf, p.doc_length FROM memory_posting p JOIN due USING (lexeme) \
+             WHERE p.organization_id = $1 AND p.packed \
+             UNION ALL SELECT lexeme, memory_id, tf, doc_length FROM marked) \
+         INSERT INTO memory_posting_list (organization_id, lexeme, postings) \
+         SELECT $1, due.lexeme, coalesce(string_agg(uuid_send(c.memory_id) || int4send(c.tf) || int4send(c.doc_length), \
+                                                    ''::bytea ORDER BY c.memory_id), ''::bytea) \
+         FROM due LEFT JOIN current c USING (lexeme) GROUP BY due.lexeme \
+         ON CONFLICT (organization_id, lexeme) DO UPDATE SET postings = excluded.postings",
+    )
+    .bind(organization_id)
+    .bind(max_lexemes)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(packed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posting(id: Uuid, tf: u32, length: u32) -> Vec<u8> {
+        [id.as_bytes().as_slice(), &tf.to_be_bytes(), &length.to_be_bytes()].concat()
+    }
+
+    fn term(
+        idf: f64,
+        selective: bool,
+        packed: &[(Uuid, u32, u32)],
+        tail: &[(Uuid, u32, u32)],
+        gone: &[Uuid],
+    ) -> TermPostings {
+        let pack = |ps: &[(Uuid, u32, u32)]| Some(ps.iter().flat_map(|&(id, tf, l)| posting(id, tf, l)).collect());
+        TermPostings {
+            idf,
+            selective,
+            average_length: 10.0,
+            packed: pack(packed),
+            tail: pack(tail),
+            gone: Some(gone.iter().flat_map(|id| id.as_bytes().to_vec()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_memory_is_scored_from_its_list_and_tail_less_what_is_gone() {
+        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let bm25 = Bm25::default();
+        let terms = [
+            // b's packed posting was deleted and rewritten with tf 3; c's was deleted.
+            term(2.0, true, &[(a, 1, 10), (b, 1, 10), (c, 1, 10)], &[(b, 3, 10)], &[b, c]),
+            // A common term counts only for memories holding a selective one: c is not found through it.
+            term(0.5, false, &[(a, 2, 10), (c, 1, 10)], &[], &[]),
+        ];
+        let ranked = rank(&terms, bm25);
+        let expected_b = bm25.weight(2.0, 3.0, 10.0, 10.0);
+        let expected_a = bm25.weight(2.0, 1.0, 10.0, 10.0) + bm25.weight(0.5, 2.0, 10.0, 10.0);
+        assert_eq!(ranked.iter().map(|r| r.0).collect::<Vec<_>>(), [b, a]);
+        assert!((ranked[0].1 - expected_b).abs() < 1e-12 && (ranked[1].1 - expected_a).abs() < 1e-12);
+    }
 }
