@@ -4,7 +4,7 @@
 -- memory_posting stays the source of truth, kept by its triggers. A list holds the postings of its lexeme as of its
 -- last packing; postings written since are `packed = false` (the tail, read row-wise beside the list), and a packed
 -- posting deleted since leaves its memory id in memory_posting_gone until the lexeme is packed again
--- (store::postings::pack, from the lifecycle sweep).
+-- (store::keyword::pack, from the lifecycle sweep).
 CREATE TABLE memory_posting_list (
     organization_id uuid NOT NULL,
     lexeme          text NOT NULL,
@@ -22,7 +22,13 @@ CREATE TABLE memory_posting_gone (
     PRIMARY KEY (organization_id, lexeme, memory_id)
 );
 
-ALTER TABLE memory_posting ADD COLUMN packed boolean NOT NULL DEFAULT false;
+-- The postings written before are packed below (this migration's table lock holds their writers meanwhile).
+ALTER TABLE memory_posting ADD COLUMN packed boolean NOT NULL DEFAULT true;
+ALTER TABLE memory_posting ALTER COLUMN packed SET DEFAULT false;
+INSERT INTO memory_posting_list (organization_id, lexeme, postings)
+SELECT organization_id, lexeme, string_agg(uuid_send(memory_id) || int4send(tf) || int4send(doc_length), ''::bytea
+                                           ORDER BY memory_id)
+FROM memory_posting GROUP BY organization_id, lexeme;
 CREATE INDEX memory_posting_tail ON memory_posting (organization_id, lexeme) INCLUDE (memory_id, tf, doc_length)
     WHERE NOT packed;
 

@@ -293,8 +293,8 @@ pub async fn agent_with_scopes(db: &Db, org: Uuid, scopes: &[Scope]) -> Uuid {
     agent
 }
 
-/// Sessions of this test's database waiting for a lock, once at least one is (or after 10 s).
-pub async fn lock_waiters(db: &Db) -> i64 {
+/// Sessions of this test's database waiting for a lock, once at least `at_least` are (or after 10 s).
+pub async fn lock_waiters(db: &Db, at_least: i64) -> i64 {
     let mut waiting = 0;
     for _ in 0..200 {
         waiting = sqlx::query_scalar(
@@ -303,7 +303,7 @@ pub async fn lock_waiters(db: &Db) -> i64 {
         .fetch_one(&db.admin)
         .await
         .unwrap();
-        if waiting >= 1 {
+        if waiting >= at_least {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

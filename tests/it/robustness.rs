@@ -155,7 +155,7 @@ async fn a_check_that_finishes_while_the_sweep_waits_for_its_candidate_decides_i
     let mut check = store::begin_for_org(&db.app, org).await.unwrap();
     store::transitions::lock(&mut check, org, &[candidate.id]).await.unwrap();
     let finish_check = async {
-        let waiting = lock_waiters(&db).await;
+        let waiting = lock_waiters(&db, 1).await;
         assert_eq!(waiting, 1, "the sweep waits for the check");
         store::memories::mark_checked(&mut *check, org, candidate.id).await.unwrap();
         store::transitions::promote(&mut check, org, candidate.id).await.unwrap();
@@ -215,7 +215,7 @@ async fn promotions_at_once_queue_the_synthesis_their_mentions_make_due(opts: Pg
     store::transitions::promote(&mut first, org, fourth).await.unwrap();
     store::entities::queue_due_syntheses(&mut first, org, &[fourth]).await.unwrap();
     let commit_first = async {
-        let waiting = lock_waiters(&db).await;
+        let waiting = lock_waiters(&db, 1).await;
         assert_eq!(waiting, 1, "the second promotion waits for the entity");
         first.commit().await.unwrap();
     };

@@ -571,17 +571,13 @@ async fn the_keyword_branch_ranks_as_the_row_wise_reference_through_writes_packi
     assert_branch_matches_reference(&db, org).await;
 }
 
-/// A packing that meets a text edit in flight: it waits for the edit's deletions, and the postings the edit deleted
-/// are in no list (nor recorded gone), those it wrote stay in the tail.
+/// A packing that meets a text edit in flight does not wait for it: it leaves the postings the edit holds in the
+/// tail, so those the edit deletes are in no list (nor recorded gone), and those it writes are the tail.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn a_text_edited_while_its_postings_are_packed_leaves_no_stale_posting(
-    opts: PgPoolOptions,
-    conn: PgConnectOptions,
-) {
+async fn a_packing_skips_the_postings_of_a_text_edit_in_flight(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let texts = vocabulary_texts(40, 11);
-    let ids = ingest_texts(&db, org, "first", &texts, 0).await;
+    let ids = ingest_texts(&db, org, "first", &vocabulary_texts(40, 11), 0).await;
 
     let mut edit = db.admin.begin().await.unwrap();
     sqlx::query("UPDATE memory SET content = 'a kestrel and an osprey' WHERE id = $1")
@@ -589,15 +585,56 @@ async fn a_text_edited_while_its_postings_are_packed_leaves_no_stale_posting(
         .execute(&mut *edit)
         .await
         .unwrap();
-    let packing = tokio::spawn({
-        let pool = db.app.clone();
-        async move { store::keyword::pack(&pool, org, store::keyword::PACK_LEXEMES).await.unwrap() }
-    });
-    assert_eq!(lock_waiters(&db).await, 1, "the packing waits for the edit's deleted postings");
+    assert!(store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0);
     edit.commit().await.unwrap();
-    assert!(packing.await.unwrap() > 0);
 
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
     assert_eq!(unpacked(&db, org).await, (2, 0), "the edit's two postings are the tail; no packed one was deleted");
+    assert_branch_matches_reference(&db, org).await;
+}
+
+/// A text edit that meets a packing in flight waits for the postings the packing marked, then records those it
+/// deletes as gone from the new lists.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_text_edit_waiting_for_a_packing_records_the_packed_postings_it_deletes(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let texts = vocabulary_texts(60, 13);
+    ingest_texts(&db, org, "first", &texts[..30], 0).await;
+    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    let second = ingest_texts(&db, org, "second", &texts[30..], 30).await;
+
+    // The lists held, so the next packing stops after marking the tail, before writing them.
+    let mut hold = db.admin.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM memory_posting_list WHERE organization_id = $1 FOR UPDATE")
+        .bind(org)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let packing = tokio::spawn({
+        let pool = db.app.clone();
+        async move { store::keyword::pack(&pool, org, store::keyword::PACK_POSTINGS).await.unwrap() }
+    });
+    assert_eq!(lock_waiters(&db, 1).await, 1, "the packing waits for the held lists");
+    let edit = tokio::spawn({
+        let admin = db.admin.clone();
+        async move {
+            sqlx::query("UPDATE memory SET content = 'a kestrel and an osprey' WHERE id = $1")
+                .bind(second[0])
+                .execute(&admin)
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(lock_waiters(&db, 2).await, 2, "the edit waits for the postings the packing marked");
+    hold.commit().await.unwrap();
+    assert!(packing.await.unwrap() > 0);
+    edit.await.unwrap();
+
+    assert!(unpacked(&db, org).await.1 > 0, "the edit recorded the packed postings it deleted as gone");
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
     assert_branch_matches_reference(&db, org).await;
 }

@@ -51,9 +51,31 @@ pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) 
             report.archived_expired += 1;
         }
         tx.commit().await?;
-        report.lexemes_packed += store::keyword::pack(pool, organization_id, store::keyword::PACK_LEXEMES).await?;
+        report.lexemes_packed += pack_postings(pool, organization_id).await;
     }
     Ok(report)
+}
+
+/// How long one run packs an organisation's keyword postings at most (the next run goes on).
+const PACKING_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Packs the organisation's keyword postings written or deleted since its last visit, statement by statement, within
+/// [`PACKING_BUDGET`]; returns how many lexemes it packed. Packing only saves retrieval work, so a failure is logged
+/// and the sweep goes on.
+async fn pack_postings(pool: &PgPool, organization_id: Uuid) -> u64 {
+    let started = std::time::Instant::now();
+    let mut packed = 0;
+    while started.elapsed() < PACKING_BUDGET {
+        match store::keyword::pack(pool, organization_id, store::keyword::PACK_POSTINGS).await {
+            Ok(0) => break,
+            Ok(lexemes) => packed += lexemes,
+            Err(error) => {
+                tracing::warn!(%organization_id, %error, "packing keyword postings failed; the next sweep retries");
+                break;
+            }
+        }
+    }
+    packed
 }
 
 /// Queues a review of the organisation's deferred pairs when one of them (one of `memory`'s, if given) has both

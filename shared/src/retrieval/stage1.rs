@@ -118,7 +118,8 @@ pub async fn vector_branch(
     Ok(found)
 }
 
-/// The keyword branch in its own organisation-bound transaction, under the branch's time budget.
+/// The keyword branch in its own organisation-bound transaction, under the branch's time budget (its statements'
+/// timeout, and a deadline over the whole branch, which runs several statements and scores in process).
 pub async fn keyword_branch(
     pool: &PgPool,
     scope: &ScopeFilter,
@@ -127,11 +128,18 @@ pub async fn keyword_branch(
     query: Option<&Vector>,
     settings: &BranchSettings<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
-    let search = settings.keyword_search(text, query);
-    let found = store::keyword::keyword_branch(&mut tx, scope, filters, &search).await?;
-    tx.commit().await?;
-    Ok(found)
+    let budget = std::time::Duration::from_millis(settings.keyword_timeout_ms);
+    let branch = async {
+        let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
+        let search = settings.keyword_search(text, query);
+        let found = store::keyword::keyword_branch(&mut tx, scope, filters, &search).await?;
+        tx.commit().await?;
+        Ok(found)
+    };
+    tokio::time::timeout(budget, branch).await.unwrap_or_else(|_| {
+        let over = std::io::Error::new(std::io::ErrorKind::TimedOut, "the keyword branch ran over its budget");
+        Err(sqlx::Error::Io(over))
+    })
 }
 
 impl<'a> BranchSettings<'a> {

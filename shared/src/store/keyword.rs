@@ -260,13 +260,14 @@ pub async fn keyword_branch_exact(
     qb.build_query_as().fetch_all(conn).await
 }
 
-/// Lexemes one [`pack`] call folds at most, unless asked otherwise.
-pub const PACK_LEXEMES: i64 = 5_000;
+/// Postings one [`pack`] statement rewrites at most (its first lexeme whatever its size): a statement holds the
+/// tail rows it marks until it commits, and a text edit of those memories waits for them.
+pub const PACK_POSTINGS: i64 = 200_000;
 
-/// Packs again the lists of the organisation's lexemes that have postings written or deleted since they were last
-/// packed (at most `max_lexemes`, the next call takes the rest); returns how many it packed. Retrieval stays exact
-/// whether or not this runs; what it saves is the tail's row-wise read.
-pub async fn pack(pool: &PgPool, organization_id: Uuid, max_lexemes: i64) -> sqlx::Result<u64> {
+/// Packs again the lists of the organisation's lexemes with postings written or deleted since they were last packed,
+/// those with the most first, until about `max_postings` postings are rewritten; returns how many lexemes it packed
+/// (0: none was due). Retrieval is exact whether or not this runs; what it saves is reading the tails row by row.
+pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sqlx::Result<u64> {
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
     // the postings the first marks packed neither as packed nor as its own to mark.
@@ -275,16 +276,29 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_lexemes: i64) -> sql
         .execute(&mut *tx)
         .await?;
     // One statement, one snapshot: a list is rebuilt from the postings already packed and those this statement
-    // marks. A posting written meanwhile is not visible to it and stays in the tail; one deleted meanwhile either
-    // is not marked (its deletion committed first) or is recorded gone by its deletion (which waited for the mark).
+    // marks. A posting written meanwhile is not visible to it and stays in the tail. A tail posting that a writer
+    // holds is skipped (it stays in the tail), so packing never waits for a writer; one that a writer deletes after
+    // it is marked is recorded gone by that deletion, which waited for the mark.
     let packed = sqlx::query(
-        "WITH due AS MATERIALIZED (\
-             SELECT lexeme FROM (SELECT lexeme FROM memory_posting WHERE organization_id = $1 AND NOT packed \
-                                 UNION SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1) d \
-             ORDER BY lexeme LIMIT $2), \
+        "WITH pending AS (\
+             SELECT lexeme, count(*) AS n FROM (\
+                 SELECT lexeme FROM memory_posting WHERE organization_id = $1 AND NOT packed \
+                 UNION ALL SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1) d \
+             GROUP BY lexeme), \
+         due AS MATERIALIZED (\
+             SELECT lexeme FROM (\
+                 SELECT p.lexeme, \
+                        row_number() OVER w AS position, \
+                        sum(p.n + coalesce(octet_length(l.postings), 0) / 24) OVER w AS work \
+                 FROM pending p LEFT JOIN memory_posting_list l ON l.organization_id = $1 AND l.lexeme = p.lexeme \
+                 WINDOW w AS (ORDER BY p.n DESC, p.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
+             WHERE position = 1 OR work <= $2), \
+         claimed AS (\
+             SELECT p.lexeme, p.memory_id FROM memory_posting p JOIN due USING (lexeme) \
+             WHERE p.organization_id = $1 AND NOT p.packed FOR UPDATE OF p SKIP LOCKED), \
          marked AS (\
-             UPDATE memory_posting p SET packed = true FROM due \
-             WHERE p.organization_id = $1 AND p.lexeme = due.lexeme AND NOT p.packed \
+             UPDATE memory_posting p SET packed = true FROM claimed c \
+             WHERE p.organization_id = $1 AND p.memory_id = c.memory_id AND p.lexeme = c.lexeme \
              RETURNING p.lexeme, p.memory_id, p.tf, p.doc_length), \
          cleared AS (\
              DELETE FROM memory_posting_gone g USING due WHERE g.organization_id = $1 AND g.lexeme = due.lexeme), \
@@ -299,7 +313,7 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_lexemes: i64) -> sql
          ON CONFLICT (organization_id, lexeme) DO UPDATE SET postings = excluded.postings",
     )
     .bind(organization_id)
-    .bind(max_lexemes)
+    .bind(max_postings)
     .execute(&mut *tx)
     .await?
     .rows_affected();

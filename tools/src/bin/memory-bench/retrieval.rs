@@ -210,7 +210,7 @@ async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f6
     let started = Instant::now();
     eprintln!("packing the keyword postings");
     for organization in &corpus.organizations {
-        store::keyword::pack(&db.admin, organization.id, i64::MAX).await?;
+        while store::keyword::pack(&db.admin, organization.id, i64::MAX).await? > 0 {}
     }
     let mut conn = db.admin.acquire().await?;
     conn.execute("SET maintenance_work_mem = '6GB'").await?;
