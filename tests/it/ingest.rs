@@ -314,6 +314,32 @@ async fn the_promotion_of_the_fifth_candidate_queues_a_synthesis_from_all_five(
     assert!((0..5).all(|i| profile.contains(&format!("billing-api fact {i}"))), "{profile}");
 }
 
+/// A candidate too long for the model to read whole is compared with nothing; its check promotes it and holds that
+/// promotion for a person, with the reason, as the sweep does for a candidate whose check never decided.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_candidate_too_long_to_check_is_promoted_with_the_promotion_held_for_a_person(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let long = "The billing service retries a failed charge after an hour. ".repeat(40).trim_end().to_string();
+    let embedder = FixedEmbedder::default().with(&long, axis(0));
+    let receipt = Ingestor::new(db.app.clone(), Arc::new(embedder))
+        .ingest(&batch(org, "long", vec![turn(&long)]), Admission::Candidate)
+        .await
+        .unwrap();
+    let checks = workers::Worker::new(db.app.clone(), ContradictionDetector::new(Arc::new(ScriptedLlm::new())));
+    deliver_jobs(&db, org, JobType::MemoryContradictionCheck, 1, &checks).await;
+
+    assert_eq!(statuses(&db, org).await, vec![(long.clone(), MemoryStatus::Active)]);
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", receipt.memory_ids[0]));
+    assert!(held[0].reason.contains("without a contradiction check"), "{}", held[0].reason);
+}
+
 /// Counting an entity's active mentions does not wait for batches that merely mention it (whose mention rows hold a
 /// key-share lock on the entity until they commit), so batches naming one entity cannot deadlock there.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

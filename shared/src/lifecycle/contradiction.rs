@@ -222,6 +222,14 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> c
     match new.status {
         MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {
             transitions::promote(&mut *tx, org, new.id).await?;
+            // A memory the model cannot read whole was compared with nothing: the promotion is held for a person.
+            if !read_whole(new) {
+                let reason = format!(
+                    "longer than a prompt quotes ({QUOTED_CHARS} characters): promoted without a contradiction check"
+                );
+                store::review::hold(&mut *tx, org, "contradiction", "promote_unchecked", new.id, new.id, &reason)
+                    .await?;
+            }
             super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
             store::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
         }
