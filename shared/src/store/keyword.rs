@@ -240,11 +240,14 @@ pub async fn keyword_branch_exact(
         .push_bind(1.0 - bm25.b)
         .push("::float8 + ")
         .push_bind(bm25.b)
+        // Each term's postings read by their own index scan (OFFSET 0 keeps the planner from turning the terms into
+        // one join over the tenant's postings), as the branch read them before they were packed.
         .push(
-            "::float8 * p.doc_length / w.avgdl))) AS bm25 FROM weights w JOIN memory_posting p ON p.organization_id = ",
+            "::float8 * p.doc_length / w.avgdl))) AS bm25 FROM weights w CROSS JOIN LATERAL (\
+                 SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
         )
         .push_bind(scope.organization_id())
-        .push(" AND p.lexeme = w.lexeme GROUP BY p.memory_id HAVING bool_or(w.selective)) ");
+        .push(" AND p.lexeme = w.lexeme OFFSET 0) p GROUP BY p.memory_id HAVING bool_or(w.selective)) ");
     select_head(&mut qb, extras);
     qb.push("1 - (m.embedding <=> ")
         .push_bind(query.cloned())
