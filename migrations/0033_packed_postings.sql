@@ -22,13 +22,18 @@ CREATE TABLE memory_posting_gone (
     PRIMARY KEY (organization_id, lexeme, memory_id)
 );
 
--- The postings written before are packed below (this migration's table lock holds their writers meanwhile).
+-- The postings written before are packed below (this migration's table lock holds their writers meanwhile). The
+-- packing reads every organisation's postings, so memory_posting stops forcing row-level security on its owner (this
+-- migration's role, which on a managed database has no BYPASSRLS) until it is done: the postings marked packed must
+-- all be in the lists.
+ALTER TABLE memory_posting NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE memory_posting ADD COLUMN packed boolean NOT NULL DEFAULT true;
 ALTER TABLE memory_posting ALTER COLUMN packed SET DEFAULT false;
 INSERT INTO memory_posting_list (organization_id, lexeme, postings)
 SELECT organization_id, lexeme, string_agg(uuid_send(memory_id) || int4send(tf) || int4send(doc_length), ''::bytea
                                            ORDER BY memory_id)
 FROM memory_posting GROUP BY organization_id, lexeme;
+ALTER TABLE memory_posting FORCE ROW LEVEL SECURITY;
 CREATE INDEX memory_posting_tail ON memory_posting (organization_id, lexeme) INCLUDE (memory_id, tf, doc_length)
     WHERE NOT packed;
 

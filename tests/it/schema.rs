@@ -310,3 +310,55 @@ async fn a_memory_with_its_embedding_and_a_paragraph_of_text_stays_whole_in_its_
     assert!(row_bytes > 2100, "the rows are meant to exceed the default threshold: {row_bytes} bytes");
     assert_eq!(toast_bytes, 0, "embeddings or text were moved to the TOAST table");
 }
+
+/// On a managed database the migrations' role owns the tables without BYPASSRLS, so forced row-level security hides
+/// every organisation's rows from it. Migration 0033 packs the postings written before it and marks them packed: run
+/// by such an owner, it must still list them all, or the keyword branch would never find those memories again.
+#[sqlx::test(migrations = false)]
+async fn the_packing_migration_lists_every_organisations_postings_when_its_role_has_no_bypassrls(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let admin = opts.connect_with(conn).await.unwrap();
+    let (earlier, packing): (Vec<_>, Vec<_>) =
+        memory_core::store::MIGRATOR.iter().filter(|m| m.version <= 33).partition(|m| m.version < 33);
+    for migration in earlier {
+        sqlx::raw_sql(&migration.sql).execute(&admin).await.unwrap();
+    }
+    let org = Uuid::now_v7();
+    let mut tx = memory_core::store::begin_for_org(&admin, org).await.unwrap();
+    let new =
+        memory_core::domain::NewMemory::new(org, memory_core::domain::MemoryType::Semantic, "kestrel osprey heron");
+    memory_core::store::memories::insert(&mut *tx, &new).await.unwrap();
+    tx.commit().await.unwrap();
+
+    // The tables and functions 0033 changes, owned by a role with neither SUPERUSER nor BYPASSRLS.
+    let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
+    let mut session = admin.acquire().await.unwrap();
+    for statement in [
+        format!("CREATE ROLE {owner} NOSUPERUSER NOBYPASSRLS"),
+        format!("GRANT CREATE ON SCHEMA public TO {owner}"),
+        format!("ALTER TABLE memory_posting OWNER TO {owner}"),
+        format!("ALTER FUNCTION memory_postings_remove() OWNER TO {owner}"),
+        format!("ALTER FUNCTION memory_postings_change() OWNER TO {owner}"),
+        format!("GRANT memory_app TO {owner}"),
+        format!("SET ROLE {owner}"),
+    ] {
+        sqlx::raw_sql(&statement).execute(&mut *session).await.unwrap();
+    }
+    sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", packing[0].sql)).execute(&mut *session).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
+    ))
+    .execute(&mut *session)
+    .await
+    .unwrap();
+
+    let listed: Vec<String> =
+        sqlx::query_scalar("SELECT lexeme FROM memory_posting_list WHERE organization_id = $1 ORDER BY lexeme")
+            .bind(org)
+            .fetch_all(&admin)
+            .await
+            .unwrap();
+    assert_eq!(listed, ["heron", "kestrel", "osprey"]);
+}
