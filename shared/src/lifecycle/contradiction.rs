@@ -227,8 +227,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> c
                 let reason = format!(
                     "longer than a prompt quotes ({QUOTED_CHARS} characters): promoted without a contradiction check"
                 );
-                store::review::hold(&mut *tx, org, "contradiction", "promote_unchecked", new.id, new.id, &reason)
-                    .await?;
+                store::review::hold_unchecked_promotion(&mut *tx, org, new.id, &reason).await?;
             }
             super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
             store::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;

@@ -124,7 +124,7 @@ async fn promote_undecided(
         }
         transitions::promote(&mut *tx, organization_id, id).await?;
         promoted.push(id);
-        store::review::hold(&mut *tx, organization_id, "contradiction", "promote_unchecked", id, id, &reason).await?;
+        store::review::hold_unchecked_promotion(&mut *tx, organization_id, id, &reason).await?;
     }
     store::entities::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
     Ok(promoted.len())

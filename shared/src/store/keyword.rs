@@ -195,25 +195,47 @@ async fn readable(
     rows: usize,
 ) -> sqlx::Result<Vec<CandidateRow>> {
     let (ids, scores): (Vec<Uuid>, Vec<f64>) = ranked.iter().copied().unzip();
-    let mut qb = QueryBuilder::new("WITH query AS MATERIALIZED (SELECT memory_keyword_tsquery(");
-    qb.push_bind(search.text_search_config.to_string())
+    let mut qb = QueryBuilder::new("WITH ");
+    push_tsquery(&mut qb, search);
+    push_matching_rows(&mut qb, scope, filters, search, |qb| {
+        qb.push("unnest(")
+            .push_bind(ids)
+            .push("::uuid[], ")
+            .push_bind(scores)
+            .push("::float8[]) WITH ORDINALITY AS r(memory_id, bm25, rank)");
+    });
+    qb.push(" ORDER BY r.rank LIMIT ").push_bind(rows as i64);
+    qb.build_query_as().fetch_all(conn).await
+}
+
+/// The CTE `query` (q): the query's tsquery, materialised so it is computed once, not for every joined row.
+fn push_tsquery(qb: &mut QueryBuilder<'_, Postgres>, search: &KeywordSearch<'_>) {
+    qb.push("query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
+        .push_bind(search.text_search_config.to_string())
         .push("::regconfig, ")
         .push_bind(search.text.to_string())
         .push(") AS q) ");
-    select_head(&mut qb, search.extras);
+}
+
+/// The candidate rows of a ranking `r` (memory_id, bm25), which `ranking` pushes: those the caller may read that
+/// pass the filters and the tsquery's re-check (its phrases and -exclusions). The caller orders and limits them.
+fn push_matching_rows<'a>(
+    qb: &mut QueryBuilder<'a, Postgres>,
+    scope: &ScopeFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    ranking: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
+) {
+    select_head(qb, search.extras);
     qb.push("1 - (m.embedding <=> ")
         .push_bind(search.query.cloned())
-        .push(") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score FROM unnest(")
-        .push_bind(ids)
-        .push("::uuid[], ")
-        .push_bind(scores)
-        .push("::float8[]) WITH ORDINALITY AS r(memory_id, bm25, rank) CROSS JOIN query JOIN memory m ON m.organization_id = ")
+        .push(") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score FROM ");
+    ranking(qb);
+    qb.push(" CROSS JOIN query JOIN memory m ON m.organization_id = ")
         .push_bind(scope.organization_id())
         .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
-    qb.push(" ORDER BY r.rank LIMIT ").push_bind(rows as i64);
-    qb.build_query_as().fetch_all(conn).await
+    scope.push_sql(qb);
+    filters.push_sql(qb);
 }
 
 /// [`keyword_branch`]'s ranking computed by PostgreSQL's executor from `memory_posting`, the postings' source of
@@ -225,14 +247,12 @@ pub async fn keyword_branch_exact(
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<CandidateRow>> {
-    let KeywordSearch { text_search_config, text, query, rows, extras, bm25 } = *search;
+    let bm25 = search.bm25;
     let mut qb = QueryBuilder::new("");
     push_weights(&mut qb, scope.organization_id(), search);
-    qb.push(", query AS MATERIALIZED (SELECT memory_keyword_tsquery(")
-        .push_bind(text_search_config.to_string())
-        .push("::regconfig, ")
-        .push_bind(text.to_string())
-        .push(") AS q), ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
+    qb.push(", ");
+    push_tsquery(&mut qb, search);
+    qb.push(", ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
         .push_bind(bm25.k1 + 1.0)
         .push("::float8 / (p.tf + ")
         .push_bind(bm25.k1)
@@ -248,18 +268,10 @@ pub async fn keyword_branch_exact(
         )
         .push_bind(scope.organization_id())
         .push(" AND p.lexeme = w.lexeme OFFSET 0) p GROUP BY p.memory_id HAVING bool_or(w.selective)) ");
-    select_head(&mut qb, extras);
-    qb.push("1 - (m.embedding <=> ")
-        .push_bind(query.cloned())
-        .push(
-            ") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score \
-             FROM ranked r CROSS JOIN query JOIN memory m ON m.organization_id = ",
-        )
-        .push_bind(scope.organization_id())
-        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
-    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(rows as i64);
+    push_matching_rows(&mut qb, scope, filters, search, |qb| {
+        qb.push("ranked r");
+    });
+    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(search.rows as i64);
     qb.build_query_as().fetch_all(conn).await
 }
 

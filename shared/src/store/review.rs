@@ -29,6 +29,16 @@ pub async fn hold(
     .map(|r| r.rows_affected() == 1)
 }
 
+/// Holds, for a person, the promotion of a candidate that no contradiction check compared, with why.
+pub async fn hold_unchecked_promotion(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    memory_id: Uuid,
+    reason: &str,
+) -> sqlx::Result<bool> {
+    hold(executor, organization_id, "contradiction", "promote_unchecked", memory_id, memory_id, reason).await
+}
+
 /// A held decision.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct HeldDecision {
