@@ -362,3 +362,126 @@ async fn the_packing_migration_lists_every_organisations_postings_when_its_role_
             .unwrap();
     assert_eq!(listed, ["heron", "kestrel", "osprey"]);
 }
+
+/// Migrations 0012, 0014 and 0030 built the keyword statistics and postings from `memory`, which forces row-level
+/// security: run by an owner without BYPASSRLS, as on a managed database, they read none of the memories already
+/// written. Migrated that way from before the statistics existed, a database must still end with postings and
+/// statistics that agree with its memories' text, and the packed lists read as the postings.
+#[sqlx::test(migrations = false)]
+async fn migrating_as_an_owner_without_bypassrls_leaves_the_keyword_index_as_the_memories_text_gives(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let admin = opts.clone().connect_with(conn.clone()).await.unwrap();
+    let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
+    let mut session = admin.acquire().await.unwrap();
+    let orgs = [Uuid::now_v7(), Uuid::now_v7()];
+    let write = |org: Uuid, content: &str| {
+        format!(
+            "BEGIN; SELECT set_config('app.organization_id', '{org}', true); \
+             INSERT INTO memory (organization_id, id, scope, memory_type, content) \
+             VALUES ('{org}', '{}', 'org', 'semantic', '{content}'); COMMIT",
+            Uuid::now_v7()
+        )
+    };
+    for migration in memory_core::store::MIGRATOR.iter() {
+        match migration.version {
+            // Written before any statistics or postings existed, by the superuser.
+            12 => {
+                sqlx::raw_sql(&write(orgs[0], "The parseConfig helper reads auth_service settings"))
+                    .execute(&mut *session)
+                    .await
+                    .unwrap();
+                sqlx::raw_sql(&write(orgs[1], "kestrel osprey heron")).execute(&mut *session).await.unwrap();
+                hand_the_schema_to(&mut session, &owner).await;
+            }
+            // Written by the owner, with postings but before the code words.
+            30 => {
+                sqlx::raw_sql(&write(orgs[1], "Call loadUserProfile from session_store"))
+                    .execute(&mut *session)
+                    .await
+                    .unwrap();
+            }
+            _ => {}
+        }
+        let sql = if migration.no_tx { migration.sql.to_string() } else { format!("BEGIN; {} COMMIT;", migration.sql) };
+        sqlx::raw_sql(&sql)
+            .execute(&mut *session)
+            .await
+            .unwrap_or_else(|e| panic!("migration {} as {owner}: {e}", migration.version));
+    }
+    sqlx::raw_sql(&format!(
+        "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
+    ))
+    .execute(&mut *session)
+    .await
+    .unwrap();
+    drop(session);
+
+    let differences: Vec<String> = sqlx::query_scalar(
+        "WITH expected AS (
+             SELECT m.organization_id, m.id AS memory_id, u.lexeme, greatest(cardinality(u.positions), 1) AS tf,
+                    length(m.content_tsv) AS doc_length
+             FROM memory m, unnest(m.content_tsv) u),
+         postings AS (SELECT organization_id, memory_id, lexeme, tf, doc_length FROM memory_posting),
+         terms AS (SELECT organization_id, lexeme, count(*) AS n FROM expected GROUP BY 1, 2),
+         term_stats AS (SELECT organization_id, lexeme, sum(doc_count)::bigint FROM memory_term_stats
+                        GROUP BY 1, 2 HAVING sum(doc_count) <> 0),
+         corpus AS (SELECT organization_id, count(*), sum(length(content_tsv))::bigint FROM memory GROUP BY 1),
+         corpus_stats AS (SELECT organization_id, doc_count, total_length FROM memory_corpus_totals)
+         SELECT 'posting ' || d::text FROM ((TABLE expected EXCEPT TABLE postings)
+                                          UNION ALL (TABLE postings EXCEPT TABLE expected)) d
+         UNION ALL
+         SELECT 'term ' || d::text FROM ((TABLE terms EXCEPT TABLE term_stats)
+                                       UNION ALL (TABLE term_stats EXCEPT TABLE terms)) d
+         UNION ALL
+         SELECT 'corpus ' || d::text FROM ((TABLE corpus EXCEPT TABLE corpus_stats)
+                                         UNION ALL (TABLE corpus_stats EXCEPT TABLE corpus)) d",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(differences.is_empty(), "{differences:#?}");
+    let code_words: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM memory_posting WHERE lexeme IN ('authservic', 'sessionstor')",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!(code_words, 2, "the code words' postings are missing");
+    let db = Db::new(opts, conn).await;
+    for org in orgs {
+        assert_eq!(crate::search::postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+    }
+}
+
+/// Gives every table, view and function of the public schema (those of extensions apart) to a new role with neither
+/// SUPERUSER nor BYPASSRLS, as a managed database's owner is, and continues the session as it.
+async fn hand_the_schema_to(session: &mut sqlx::PgConnection, owner: &str) {
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {owner} NOSUPERUSER NOBYPASSRLS CREATEROLE;
+         GRANT CREATE ON SCHEMA public TO {owner};
+         DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {owner}', current_database()); END $$;
+         GRANT memory_app TO {owner} WITH ADMIN OPTION;
+         DO $$
+         DECLARE o record;
+         BEGIN
+             FOR o IN SELECT c.oid::regclass AS name FROM pg_class c
+                      WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'p')
+                        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'e')
+             LOOP
+                 EXECUTE format('ALTER TABLE %s OWNER TO {owner}', o.name);
+             END LOOP;
+             FOR o IN SELECT p.oid::regprocedure AS name FROM pg_proc p
+                      WHERE p.pronamespace = 'public'::regnamespace
+                        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+             LOOP
+                 EXECUTE format('ALTER ROUTINE %s OWNER TO {owner}', o.name);
+             END LOOP;
+         END $$;
+         SET ROLE {owner}"
+    ))
+    .execute(session)
+    .await
+    .unwrap();
+}

@@ -492,7 +492,7 @@ async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
 
 /// Lexemes whose postings, as the branch reads them (the packed list less the postings gone since, plus the tail),
 /// differ from `memory_posting`, their source of truth.
-async fn postings_read_apart_from_truth(db: &Db, org: Uuid) -> Vec<String> {
+pub(crate) async fn postings_read_apart_from_truth(db: &Db, org: Uuid) -> Vec<String> {
     sqlx::query_scalar(
         "WITH listed AS (
              SELECT l.lexeme, substring(l.postings FROM i * 24 + 1 FOR 24) AS posting
