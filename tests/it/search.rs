@@ -571,6 +571,40 @@ async fn the_keyword_branch_ranks_as_the_row_wise_reference_through_writes_packi
     assert_branch_matches_reference(&db, org).await;
 }
 
+/// A long list is packed again only once the postings written since reach a sixteenth of it: a few writes leave it as
+/// it is, their postings read from the tail, and enough of them get it rewritten.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_long_list_is_packed_again_only_once_its_new_postings_reach_a_share_of_it(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let texts: Vec<String> = (0..51).map(|i| format!("a kestrel over marsh number {i}")).collect();
+    let kestrel_tail = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM memory_posting WHERE organization_id = $1 AND lexeme = 'kestrel' AND NOT packed",
+        )
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap()
+    };
+    ingest_texts(&db, org, "first", &texts[..48], 0).await;
+    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    assert_eq!(kestrel_tail().await, 0);
+
+    ingest_texts(&db, org, "second", &texts[48..50], 48).await;
+    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    assert_eq!(kestrel_tail().await, 2, "two new postings of a 48-posting list stay in the tail");
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+
+    ingest_texts(&db, org, "third", &texts[50..], 50).await;
+    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    assert_eq!(kestrel_tail().await, 0, "three are a sixteenth of the list: it is packed again");
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+}
+
 /// A packing that meets a text edit in flight does not wait for it: it leaves the postings the edit holds in the
 /// tail, so those the edit deletes are in no list (nor recorded gone), and those it writes are the tail.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

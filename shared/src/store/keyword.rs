@@ -279,9 +279,15 @@ pub async fn keyword_branch_exact(
 /// tail rows it marks until it commits, and a text edit of those memories waits for them.
 pub const PACK_POSTINGS: i64 = 200_000;
 
-/// Packs again the lists of the organisation's lexemes with postings written or deleted since they were last packed,
-/// those with the most first, until about `max_postings` postings are rewritten; returns how many lexemes it packed
-/// (0: none was due). Retrieval is exact whether or not this runs; what it saves is reading the tails row by row.
+/// A lexeme's list is packed again once the postings written or deleted since reach this fraction of it (one
+/// sixteenth): a long list is rewritten once per that many changes, not on every packing after a few writes, and the
+/// branch reads at most that share of a lexeme's postings row by row.
+pub const REPACK_SHARE: i64 = 16;
+
+/// Packs again the lists of the organisation's lexemes whose postings written or deleted since they were last packed
+/// reach [`REPACK_SHARE`] of the list (a new lexeme's always do), those with the most first, until about
+/// `max_postings` postings are rewritten; returns how many lexemes it packed (0: none was due). Retrieval is exact
+/// whether or not this runs; what it saves is reading the tails row by row.
 pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sqlx::Result<u64> {
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
@@ -306,6 +312,7 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
                         row_number() OVER w AS position, \
                         sum(p.n + coalesce(octet_length(l.postings), 0) / 24) OVER w AS work \
                  FROM pending p LEFT JOIN memory_posting_list l ON l.organization_id = $1 AND l.lexeme = p.lexeme \
+                 WHERE p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24 \
                  WINDOW w AS (ORDER BY p.n DESC, p.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
              WHERE position = 1 OR work <= $2), \
          claimed AS (\
@@ -329,6 +336,7 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
     )
     .bind(organization_id)
     .bind(max_postings)
+    .bind(REPACK_SHARE)
     .execute(&mut *tx)
     .await?
     .rows_affected();
