@@ -209,9 +209,16 @@ async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f6
 
     let started = Instant::now();
     eprintln!("packing the keyword postings");
+    // Without the bulk indexes a lexeme's postings have no index of their own, so a per-lexeme nested loop would scan
+    // the organisation's primary-key range once per lexeme: packing joins by hash here.
+    let packing = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with((*db.admin.connect_options()).clone().options([("enable_nestloop", "off")]))
+        .await?;
     for organization in &corpus.organizations {
-        while store::keyword::pack(&db.admin, organization.id, i64::MAX).await? > 0 {}
+        while store::keyword::pack(&packing, organization.id, i64::MAX).await? > 0 {}
     }
+    packing.close().await;
     let mut conn = db.admin.acquire().await?;
     conn.execute("SET maintenance_work_mem = '6GB'").await?;
     conn.execute("SET max_parallel_maintenance_workers = 1").await?;
