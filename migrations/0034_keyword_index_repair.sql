@@ -7,6 +7,11 @@
 -- memory triggers would write them: a missing or changed posting joins the tail (the lifecycle sweep packs it), a
 -- packed posting removed is recorded gone, and the statistics' differences are added to shard 0. On a database
 -- whose earlier migrations read every row, nothing changes.
+--
+-- It holds `memory` and the keyword tables while it reads every memory's text, so retrieval and writes wait for it:
+-- run it when the service is quiet. It waits at most 10 s for their locks, then fails (and can be run again) rather
+-- than queue the service behind it.
+SET LOCAL lock_timeout = '10s';
 ALTER TABLE memory NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE memory_posting NO FORCE ROW LEVEL SECURITY;
 ALTER TABLE memory_posting_gone NO FORCE ROW LEVEL SECURITY;

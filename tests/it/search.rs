@@ -572,7 +572,8 @@ async fn the_keyword_branch_ranks_as_the_row_wise_reference_through_writes_packi
 }
 
 /// A long list is packed again only once the postings written since reach a sixteenth of it: a few writes leave it as
-/// it is, their postings read from the tail, and enough of them get it rewritten.
+/// it is, their postings read from the tail, and enough of them get it rewritten. Forgetting one memory gets it
+/// rewritten at once: nothing of the forgotten text stays in the lists or in what is recorded gone from them.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn a_long_list_is_packed_again_only_once_its_new_postings_reach_a_share_of_it(
     opts: PgPoolOptions,
@@ -599,9 +600,25 @@ async fn a_long_list_is_packed_again_only_once_its_new_postings_reach_a_share_of
     assert_eq!(kestrel_tail().await, 2, "two new postings of a 48-posting list stay in the tail");
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
 
-    ingest_texts(&db, org, "third", &texts[50..], 50).await;
+    let third = ingest_texts(&db, org, "third", &texts[50..], 50).await;
     while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
     assert_eq!(kestrel_tail().await, 0, "three are a sixteenth of the list: it is packed again");
+    assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
+
+    let forgotten = ForgetSelector::Memories(third.clone());
+    assert_eq!(memory_core::lifecycle::forget::forget(&db.app, org, &forgotten).await.unwrap(), 1);
+    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    let traces: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM memory_posting_list l, generate_series(0, length(l.postings) / 24 - 1) i \
+                 WHERE l.organization_id = $1 AND substring(l.postings FROM i * 24 + 1 FOR 16) = uuid_send($2)), \
+                (SELECT count(*) FROM memory_posting_gone WHERE organization_id = $1)",
+    )
+    .bind(org)
+    .bind(third[0])
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(traces, (0, 0), "the forgotten memory's postings, listed and recorded gone");
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
 }
 

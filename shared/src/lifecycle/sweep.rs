@@ -3,8 +3,8 @@
 //! merges queue theirs as they happen), and a candidate that the contradiction check has not decided within the
 //! bound (its check failed until it dead-lettered, say) is decided by rule: promoted unchecked, with the reason held
 //! for a person in `memory_held_decision`, unless its confidence is below the promotion confidence. Each visited
-//! organisation's keyword lists whose postings written or deleted since reach a sixteenth of them are packed again
-//! ([`store::keyword::pack`]).
+//! organisation's keyword lists that are due are packed again ([`store::keyword::pack`]: a posting of the list was
+//! deleted, or its tail reached a sixteenth of it).
 //! [`prune`] (`{"task": "prune"}`, daily) deletes what no longer serves: published events and sent jobs after a
 //! week, batch records after the queues' retention, and dedup pairs that can never be reviewed again.
 

@@ -279,15 +279,16 @@ pub async fn keyword_branch_exact(
 /// tail rows it marks until it commits, and a text edit of those memories waits for them.
 pub const PACK_POSTINGS: i64 = 200_000;
 
-/// A lexeme's list is packed again once the postings written or deleted since reach this fraction of it (one
-/// sixteenth): a long list is rewritten once per that many changes, not on every packing after a few writes, and the
-/// branch reads at most that share of a lexeme's postings row by row.
+/// A lexeme's list is packed again once the postings written since reach this fraction of it (one sixteenth): a long
+/// list is rewritten once per that many new postings, not on every packing after a few writes, and the branch reads
+/// at most about that share of a lexeme's postings row by row.
 pub const REPACK_SHARE: i64 = 16;
 
-/// Packs again the lists of the organisation's lexemes whose postings written or deleted since they were last packed
-/// reach [`REPACK_SHARE`] of the list (a new lexeme's always do), those with the most first, until about
-/// `max_postings` postings are rewritten; returns how many lexemes it packed (0: none was due). Retrieval is exact
-/// whether or not this runs; what it saves is reading the tails row by row.
+/// Packs again the lists of the organisation's lexemes that are due, those with the most pending postings first,
+/// until about `max_postings` postings are rewritten; returns how many lexemes it packed (0: none was due). A lexeme
+/// is due when a posting of its list was deleted (a forgotten or edited memory's words leave the list and
+/// `memory_posting_gone` at the next packing), or when its postings written since reach [`REPACK_SHARE`] of the list
+/// (a new lexeme's always do). Retrieval is exact whether or not this runs; what it saves is reading tails row by row.
 pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sqlx::Result<u64> {
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
@@ -302,9 +303,9 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
     // it is marked is recorded gone by that deletion, which waited for the mark.
     let packed = sqlx::query(
         "WITH pending AS (\
-             SELECT lexeme, count(*) AS n FROM (\
-                 SELECT lexeme FROM memory_posting WHERE organization_id = $1 AND NOT packed \
-                 UNION ALL SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1) d \
+             SELECT lexeme, count(*) AS n, bool_or(gone) AS gone FROM (\
+                 SELECT lexeme, false AS gone FROM memory_posting WHERE organization_id = $1 AND NOT packed \
+                 UNION ALL SELECT lexeme, true FROM memory_posting_gone WHERE organization_id = $1) d \
              GROUP BY lexeme), \
          due AS MATERIALIZED (\
              SELECT lexeme FROM (\
@@ -312,7 +313,7 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
                         row_number() OVER w AS position, \
                         sum(p.n + coalesce(octet_length(l.postings), 0) / 24) OVER w AS work \
                  FROM pending p LEFT JOIN memory_posting_list l ON l.organization_id = $1 AND l.lexeme = p.lexeme \
-                 WHERE p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24 \
+                 WHERE p.gone OR p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24 \
                  WINDOW w AS (ORDER BY p.n DESC, p.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
              WHERE position = 1 OR work <= $2), \
          claimed AS (\
