@@ -372,7 +372,8 @@ async fn migrating_as_an_owner_without_bypassrls_leaves_the_keyword_index_as_the
     opts: PgPoolOptions,
     conn: PgConnectOptions,
 ) {
-    let (db, orgs) = migrate_with_memories(opts, conn, Some(&format!("schema_owner_{}", Uuid::now_v7().simple()))).await;
+    let (db, orgs) =
+        migrate_with_memories(opts, conn, Some(&format!("schema_owner_{}", Uuid::now_v7().simple()))).await;
     assert_keyword_index_agrees_with_the_text(&db, orgs).await;
 }
 
