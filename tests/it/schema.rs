@@ -332,27 +332,11 @@ async fn the_packing_migration_lists_every_organisations_postings_when_its_role_
     memory_core::store::memories::insert(&mut *tx, &new).await.unwrap();
     tx.commit().await.unwrap();
 
-    // The tables and functions 0033 changes, owned by a role with neither SUPERUSER nor BYPASSRLS.
     let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
     let mut session = admin.acquire().await.unwrap();
-    for statement in [
-        format!("CREATE ROLE {owner} NOSUPERUSER NOBYPASSRLS"),
-        format!("GRANT CREATE ON SCHEMA public TO {owner}"),
-        format!("ALTER TABLE memory_posting OWNER TO {owner}"),
-        format!("ALTER FUNCTION memory_postings_remove() OWNER TO {owner}"),
-        format!("ALTER FUNCTION memory_postings_change() OWNER TO {owner}"),
-        format!("GRANT memory_app TO {owner}"),
-        format!("SET ROLE {owner}"),
-    ] {
-        sqlx::raw_sql(&statement).execute(&mut *session).await.unwrap();
-    }
+    hand_the_schema_to(&mut session, &owner).await;
     sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", packing[0].sql)).execute(&mut *session).await.unwrap();
-    sqlx::raw_sql(&format!(
-        "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
-    ))
-    .execute(&mut *session)
-    .await
-    .unwrap();
+    take_the_schema_back(&mut session, &owner).await;
 
     let listed: Vec<String> =
         sqlx::query_scalar("SELECT lexeme FROM memory_posting_list WHERE organization_id = $1 ORDER BY lexeme")
@@ -437,12 +421,7 @@ async fn migrate_with_memories(opts: PgPoolOptions, conn: PgConnectOptions, owne
             .unwrap_or_else(|e| panic!("migration {} as {owner:?}: {e}", migration.version));
     }
     if let Some(owner) = owner {
-        sqlx::raw_sql(&format!(
-            "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
-        ))
-        .execute(&mut *session)
-        .await
-        .unwrap();
+        take_the_schema_back(&mut session, owner).await;
     }
     drop(session);
     (Db::new(opts, conn).await, orgs)
@@ -511,6 +490,16 @@ async fn hand_the_schema_to(session: &mut sqlx::PgConnection, owner: &str) {
              END LOOP;
          END $$;
          SET ROLE {owner}"
+    ))
+    .execute(session)
+    .await
+    .unwrap();
+}
+
+/// Ends what [`hand_the_schema_to`] began: the session's own role again owns the schema, and the owner is dropped.
+async fn take_the_schema_back(session: &mut sqlx::PgConnection, owner: &str) {
+    sqlx::raw_sql(&format!(
+        "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
     ))
     .execute(session)
     .await
