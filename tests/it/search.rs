@@ -582,6 +582,8 @@ async fn a_long_list_is_packed_again_only_once_its_new_postings_reach_a_share_of
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let texts: Vec<String> = (0..51).map(|i| format!("a kestrel over marsh number {i}")).collect();
+    // The lifecycle sweep packs what is due, as it runs on its schedule.
+    let sweep = || async { sweep::run(&db.app, chrono::TimeDelta::hours(2), 100).await.unwrap() };
     let kestrel_tail = || async {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM memory_posting WHERE organization_id = $1 AND lexeme = 'kestrel' AND NOT packed",
@@ -592,22 +594,22 @@ async fn a_long_list_is_packed_again_only_once_its_new_postings_reach_a_share_of
         .unwrap()
     };
     ingest_texts(&db, org, "first", &texts[..48], 0).await;
-    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    sweep().await;
     assert_eq!(kestrel_tail().await, 0);
 
     ingest_texts(&db, org, "second", &texts[48..50], 48).await;
-    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    sweep().await;
     assert_eq!(kestrel_tail().await, 2, "two new postings of a 48-posting list stay in the tail");
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
 
     let third = ingest_texts(&db, org, "third", &texts[50..], 50).await;
-    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    sweep().await;
     assert_eq!(kestrel_tail().await, 0, "three are a sixteenth of the list: it is packed again");
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
 
     let forgotten = ForgetSelector::Memories(third.clone());
     assert_eq!(memory_core::lifecycle::forget::forget(&db.app, org, &forgotten).await.unwrap(), 1);
-    while store::keyword::pack(&db.app, org, store::keyword::PACK_POSTINGS).await.unwrap() > 0 {}
+    sweep().await;
     let traces: (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM memory_posting_list l, generate_series(0, length(l.postings) / 24 - 1) i \
                  WHERE l.organization_id = $1 AND substring(l.postings FROM i * 24 + 1 FOR 16) = uuid_send($2)), \
