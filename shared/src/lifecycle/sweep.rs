@@ -60,7 +60,7 @@ pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) 
 /// How long one run packs an organisation's keyword postings at most (the next run goes on).
 const PACKING_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Packs the organisation's keyword postings written or deleted since its last visit, statement by statement, within
+/// Packs the organisation's keyword lists that are due ([`store::keyword::pack`]), statement by statement, within
 /// [`PACKING_BUDGET`]; returns how many lexemes it packed. Packing only saves retrieval work, so a failure is logged
 /// and the sweep goes on.
 async fn pack_postings(pool: &PgPool, organization_id: Uuid) -> u64 {
