@@ -108,6 +108,17 @@ ensure_port_free() { # port, the variable that moves it, what wants it
     exit 1
 }
 
+# A quarter of the memory this machine (or its cgroup) gives us, as a managed instance's default parameter group
+# sizes shared_buffers (RDS: {DBInstanceClassMemory/32768} pages of 8 kB) and as PostgreSQL's documentation
+# suggests. pg_prewarm's autoprewarm worker writes the buffers' list down and reads it back after a restart.
+quarter_of_memory() {
+    local kb limit
+    kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+    limit="$(cat /sys/fs/cgroup/memory.max 2>/dev/null || echo max)"
+    [[ "$limit" =~ ^[0-9]+$ ]] && ((limit / 1024 < kb)) && kb=$((limit / 1024))
+    echo "$((kb / 4096))MB"
+}
+
 start_postgres() {
     resolve_pg_paths
     if [[ ! -f "$PG_DATA/PG_VERSION" ]]; then
@@ -124,7 +135,7 @@ start_postgres() {
         ensure_port_free "$PG_PORT" MEMORY_PG_PORT PostgreSQL
         log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
-            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-256MB} -c fsync=off -c synchronous_commit=off" \
+            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-$(quarter_of_memory)} -c shared_preload_libraries=pg_prewarm -c fsync=off -c synchronous_commit=off" \
             start >/dev/null
     fi
     local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres)

@@ -53,6 +53,10 @@ struct Args {
     /// Reuse a scratch database already holding this size's corpus (same seed) instead of loading it again.
     #[arg(long)]
     reuse: bool,
+    /// Time queries on the buffers the load left instead of reading what retrieval reads into them first, as a
+    /// warm instance holds it (`pg_prewarm`).
+    #[arg(long)]
+    no_prewarm: bool,
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
 }

@@ -29,6 +29,8 @@ pub struct SizeReport {
     pub index_s: f64,
     /// Tenants given their own ANN index (`memory-admin ann-indexes`).
     pub tenant_indexes: usize,
+    /// What was read into shared buffers before timing (the relations retrieval reads), unless `--no-prewarm`.
+    pub prewarmed_mb: Option<f64>,
 }
 
 /// One loopback HTTP run against the real retrieve server.

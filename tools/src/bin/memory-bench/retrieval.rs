@@ -39,6 +39,18 @@ const EXTRAS: CandidateExtras = CandidateExtras { taxonomy: true, profiled_entit
 /// define them (tenant ANN indexes are built after it).
 const BULK_INDEXES: [&str; 3] = ["memory_posting_impact", "memory_posting_tail", "memory_tags"];
 
+/// What retrieval reads, as a warm instance holds it in shared buffers: the memory heap and its primary key, the
+/// tenant ANN indexes, the taxonomy tags, and the keyword branch's packed lists, gone postings, statistics and tail
+/// index, with their primary keys and TOAST tables. The postings' heap (the tails' rows) is left to the OS.
+const READ_SET: &str = "\
+    WITH base AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND (c.relname IN \
+        ('memory', 'memory_posting_list', 'memory_posting_gone', 'memory_term_stats', 'memory_corpus_stats', \
+         'memory_posting_tail', 'memory_taxonomy_tag') OR c.relname LIKE 'memory\\_ann\\_%')), \
+    toast AS (SELECT c.reltoastrelid AS oid FROM pg_class c JOIN base USING (oid) WHERE c.reltoastrelid <> 0) \
+    SELECT oid FROM base UNION SELECT oid FROM toast \
+    UNION SELECT i.indexrelid FROM pg_index i JOIN base b ON i.indrelid = b.oid WHERE i.indisprimary \
+    UNION SELECT i.indexrelid FROM pg_index i JOIN toast t ON i.indrelid = t.oid";
+
 pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
     eprintln!("== {size} memories");
     let corpus = Corpus::plan(size, args.seed);
@@ -59,6 +71,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
             db.admin.execute(format!("COMMENT ON DATABASE {name} IS '{marker}'").as_str()).await?;
             (db, load_s, index_s, tenant_indexes)
         };
+
+    let prewarmed_mb = if args.no_prewarm { None } else { Some(prewarm(&db.admin).await?) };
 
     let warmup = 50;
     // The configuration the service runs with (MEMORY_* tunables honoured).
@@ -184,6 +198,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         load_s,
         index_s,
         tenant_indexes,
+        prewarmed_mb,
     };
     Ok((report, db, corpus))
 }
@@ -234,6 +249,22 @@ async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f6
     let index_s = started.elapsed().as_secs_f64();
     eprintln!("loaded in {load_s:.0} s, indexed in {index_s:.0} s ({tenant_indexes} tenant ANN indexes)");
     Ok((load_s, index_s, tenant_indexes))
+}
+
+/// Reads [`READ_SET`] into shared buffers (`pg_prewarm`), as a warm instance holds it; returns its size in MB.
+async fn prewarm(admin: &PgPool) -> anyhow::Result<f64> {
+    admin.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm").await?;
+    let blocks: i64 =
+        sqlx::query_scalar(&format!("SELECT sum(pg_prewarm(oid))::int8 FROM ({READ_SET}) r")).fetch_one(admin).await?;
+    let buffers: i64 = sqlx::query_scalar("SELECT setting::int8 FROM pg_settings WHERE name = 'shared_buffers'")
+        .fetch_one(admin)
+        .await?;
+    let (read_set_mb, buffers_mb) = (blocks as f64 / 128.0, buffers as f64 / 128.0);
+    eprintln!("prewarmed the read set: {read_set_mb:.0} MB into {buffers_mb:.0} MB of shared buffers");
+    if read_set_mb > buffers_mb {
+        eprintln!("the read set does not fit: queries will read from the OS page cache");
+    }
+    Ok(read_set_mb)
 }
 
 /// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
