@@ -108,14 +108,18 @@ ensure_port_free() { # port, the variable that moves it, what wants it
     exit 1
 }
 
-# A quarter of the memory this machine (or its cgroup) gives us, as a managed instance's default parameter group
-# sizes shared_buffers (RDS: {DBInstanceClassMemory/32768} pages of 8 kB) and as PostgreSQL's documentation
-# suggests. pg_prewarm's autoprewarm worker writes the buffers' list down and reads it back after a restart.
+# A quarter of the memory this machine, or the memory cgroup we run in, gives us: the share of a managed instance's
+# default parameter group (RDS: {DBInstanceClassMemory/32768} pages of 8 kB) and PostgreSQL's documented starting
+# point. pg_prewarm's autoprewarm worker writes the buffers' list down and reads it back after a restart.
 quarter_of_memory() {
-    local kb limit
+    local kb limit v1 v2
     kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
-    limit="$(cat /sys/fs/cgroup/memory.max 2>/dev/null || echo max)"
-    [[ "$limit" =~ ^[0-9]+$ ]] && ((limit / 1024 < kb)) && kb=$((limit / 1024))
+    v2="$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup 2>/dev/null)"
+    v1="$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup 2>/dev/null)"
+    for limit in "/sys/fs/cgroup$v2/memory.max" "/sys/fs/cgroup/memory$v1/memory.limit_in_bytes"; do
+        limit="$(cat "$limit" 2>/dev/null || true)"
+        [[ "$limit" =~ ^[0-9]+$ ]] && ((limit / 1024 < kb)) && kb=$((limit / 1024))
+    done
     echo "$((kb / 4096))MB"
 }
 
