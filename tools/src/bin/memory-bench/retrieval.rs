@@ -41,7 +41,9 @@ const BULK_INDEXES: [&str; 3] = ["memory_posting_impact", "memory_posting_tail",
 
 /// What retrieval reads, as a warm instance holds it in shared buffers: the memory heap and its primary key, the
 /// tenant ANN indexes, the taxonomy tags, and the keyword branch's packed lists, gone postings, statistics and tail
-/// index, with their primary keys and TOAST tables. The postings' heap (the tails' rows) is left to the OS.
+/// index, with their primary keys and TOAST tables. Left to the first query that reads them: the postings' heap (the
+/// tails' rows), memory's other B-tree indexes (the exact scans of tenants without an ANN index of their own) and the
+/// small tables of the retrieval context.
 const READ_SET: &str = "\
     WITH base AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND (c.relname IN \
         ('memory', 'memory_posting_list', 'memory_posting_gone', 'memory_term_stats', 'memory_corpus_stats', \
