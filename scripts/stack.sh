@@ -116,7 +116,8 @@ quarter_of_memory() {
     kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
     v2="$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup 2>/dev/null)"
     v1="$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup 2>/dev/null)"
-    for limit in "/sys/fs/cgroup$v2/memory.max" "/sys/fs/cgroup/memory$v1/memory.limit_in_bytes"; do
+    for limit in "/sys/fs/cgroup$v2/memory.max" /sys/fs/cgroup/memory.max \
+        "/sys/fs/cgroup/memory$v1/memory.limit_in_bytes" /sys/fs/cgroup/memory/memory.limit_in_bytes; do
         limit="$(cat "$limit" 2>/dev/null || true)"
         [[ "$limit" =~ ^[0-9]+$ ]] && ((limit / 1024 < kb)) && kb=$((limit / 1024))
     done
