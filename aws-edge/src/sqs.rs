@@ -1,8 +1,8 @@
 //! The SQS edge of the worker functions. Each message body is parsed into the worker's job type and handed to
 //! its handler; every message that fails (malformed body or handler error) is reported as a batch item failure,
-//! so SQS retries it and finally moves it to the dead-letter queue. Nothing is acknowledged unapplied. After a
-//! message is applied, the domain events its transactions wrote are relayed to the event bus; events the bus
-//! does not take wait in the outbox for the scheduled sweep (the message is not failed for them).
+//! so SQS retries it and finally moves it to the dead-letter queue. Nothing is acknowledged unapplied. After the
+//! batch, the domain events its messages wrote are relayed to the event bus, once per organisation; events the bus
+//! does not take wait in the outbox for the scheduled sweep (no message is failed for them).
 
 use std::{future::Future, pin::Pin, sync::Arc};
 
@@ -33,6 +33,8 @@ pub async fn process<H: JobHandler>(
     event: SqsEvent,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
     let mut response = SqsBatchResponse::default();
+    // The organisations whose outboxes the batch wrote to: relayed once each, after the batch.
+    let mut written = std::collections::BTreeSet::new();
     for record in event.records {
         // Without an id a failure cannot be reported per message: fail the whole batch instead.
         let id = record.message_id.filter(|id| !id.is_empty()).ok_or("SQS record without a message id")?;
@@ -43,12 +45,8 @@ pub async fn process<H: JobHandler>(
             H::Job::TYPE.expect(job.job_type())?;
             let organization_id = job.organization_id();
             let delivery = Delivery { sender_id: record.attributes.get("SenderId").cloned() };
+            written.insert(organization_id);
             handler.handle(job, &delivery).await?;
-            if let Some(relay) = relay
-                && let Err(error) = relay.flush(organization_id).await
-            {
-                tracing::warn!(error = %error, "domain events left in the outbox for the scheduled sweep");
-            }
             Ok::<_, anyhow::Error>(())
         }
         .instrument(span.clone())
@@ -60,6 +58,12 @@ pub async fn process<H: JobHandler>(
             let mut failure = BatchItemFailure::default();
             failure.item_identifier = id;
             response.batch_item_failures.push(failure);
+        }
+    }
+    for organization_id in written.into_iter() {
+        let Some(relay) = relay else { break };
+        if let Err(error) = relay.flush(organization_id).await {
+            tracing::warn!(%organization_id, error = %error, "domain events left in the outbox for the scheduled sweep");
         }
     }
     memory_core::telemetry::flush_metrics();

@@ -131,3 +131,80 @@ proptest! {
         prop_assert_eq!(cooldown_token::decode(&key, &session, &token), None);
     }
 }
+
+/// A source file shaped to hurt a chunker: containers nested thousands deep, long lines, huge identifiers, NULs
+/// and control characters, bytes that were not UTF-8, unclosed braces and strings, many tiny declarations.
+fn hostile_source() -> impl Strategy<Value = (crate::code::Language, String)> {
+    let piece = prop_oneof![
+        Just("mod a {\n"),
+        Just("impl A {\n"),
+        Just("trait T {\n"),
+        Just("class C {\n"),
+        Just("class P:\n    "),
+        Just("fn f() {}\n"),
+        Just("def g():\n    pass\n"),
+        Just("export function h() {\n"),
+        Just("func (s *S) M() {\n"),
+        Just("# heading\n"),
+        Just("> > > quote\n"),
+        Just("- [ ] - item\n"),
+        Just("}\n"),
+        Just("/// doc\n"),
+        Just("\"unclosed "),
+        Just("\0\u{1}\u{7f}"),
+        Just("\u{2003}\u{a0}\u{feff}"),
+    ];
+    let repeated = (piece, 1usize..6000).prop_map(|(p, n)| p.repeat(n));
+    let huge = prop_oneof![
+        (1usize..200_000).prop_map(|n| "x".repeat(n)),
+        (1usize..20_000).prop_map(|n| format!("fn {}() {{}}\n", "i".repeat(n))),
+        (1usize..50_000).prop_map(|n| "function a(){}".repeat(n)),
+        proptest::collection::vec(any::<u8>(), 0..4096).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ];
+    let parts = proptest::collection::vec(prop_oneof![4 => repeated, 1 => huge], 1..6);
+    (prop::sample::select(crate::code::Language::ALL.to_vec()), parts)
+        .prop_map(|(language, parts)| (language, parts.concat()))
+}
+
+/// Runs `f` on a thread with a 2 MiB stack (a Tokio blocking thread's, where the services chunk).
+fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new().stack_size(2 << 20).spawn(f).expect("a thread").join().expect("no overflow, no panic")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
+
+    /// On a 2 MiB stack, within twice the parse budget, every chunk bounded, no chunker failure (a panic caught).
+    #[test]
+    fn fuzz_chunk_hostile_files((language, text) in hostile_source()) {
+        use crate::code::chunk::{MAX_CHUNK_BYTES, MAX_CHUNKS_PER_FILE, PARSE_BUDGET, ChunkError};
+        let started = std::time::Instant::now();
+        let size = text.len();
+        let result = on_small_stack(move || crate::code::chunk_file("src/hostile.x", language, &text));
+        prop_assert!(started.elapsed() < PARSE_BUDGET * 2, "{:?} for {size} bytes", started.elapsed());
+        prop_assert!(!matches!(result, Err(ChunkError::Failed(_))), "{result:?}");
+        let chunks = result.unwrap_or_default();
+        prop_assert!(chunks.len() <= MAX_CHUNKS_PER_FILE + 1);
+        let bytes: usize = chunks.iter().map(|c| c.text.len()).sum();
+        prop_assert!(bytes <= size + chunks.len(), "{bytes} bytes of chunks from {size}");
+        for chunk in chunks {
+            prop_assert!(chunk.text.len() <= MAX_CHUNK_BYTES && chunk.symbol.len() <= 400 && chunk.context.len() <= 2048);
+        }
+    }
+
+    /// Any path string: refused or read, never a panic, a wait or an I/O error standing for a client's mistake.
+    #[test]
+    fn fuzz_repository_paths(path in prop_oneof![".*", "[a-z./\0-]{0,300}", "(\\.\\./|[a-z]{1,300}/){0,30}[a-z.]{0,10}"]) {
+        use crate::code::{DirectoryReader, FileReadError, FileReader};
+        let root = std::env::temp_dir().join("fuzz-repository-paths");
+        let (org, project) = (Uuid::nil(), Uuid::nil());
+        std::fs::create_dir_all(root.join(org.to_string()).join(project.to_string())).expect("a folder");
+        let reader = DirectoryReader::new(&root);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let read = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), reader.read(org, project, &path)).await
+        });
+        prop_assert!(read.is_ok(), "the read of {path:?} waited");
+        prop_assert!(!matches!(read.expect("answered"), Err(FileReadError::Io { .. })), "{path:?} is an I/O error");
+    }
+}

@@ -133,14 +133,18 @@ impl OutboxRelay {
     }
 
     /// Publishes the organisation's unpublished events in `seq` order, until none is left; returns how many were
-    /// published. One relay at a time publishes a batch of an organisation's events (another waits for it), so they
-    /// leave in order. Stops with an error when the bus refuses a batch; what was not accepted
+    /// published. One relay at a time publishes an organisation's events, so they leave in order: a relay that finds
+    /// another publishing leaves the events to it (it goes on until none is left) and to the next sweep, instead of
+    /// holding a worker while it waits. Stops with an error when the bus refuses a batch; what was not accepted
     /// stays in the outbox, ahead of what came after it.
     async fn flush_events(&self, organization_id: Uuid) -> crate::Result<usize> {
         let mut published = 0;
         loop {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
-            store::outbox::lock_publisher(&mut tx, organization_id).await?;
+            if !store::outbox::lock_publisher(&mut tx, organization_id).await? {
+                tx.commit().await?;
+                return Ok(published);
+            }
             let events = store::outbox::claim_unpublished(&mut tx, organization_id, BATCH).await?;
             if events.is_empty() {
                 tx.commit().await?;

@@ -31,7 +31,10 @@ impl Api {
         let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
         let mut retriever = retriever(db, embedder, None);
         if let Some(root) = repositories {
-            retriever = retriever.with_repositories(Arc::new(RepositoryReader::new(root, "HEAD", 64 * 1024)));
+            retriever = retriever.with_repositories(
+                Arc::new(RepositoryReader::new(root, "HEAD", 64 * 1024)),
+                memory_core::code::exclude::Exclusions::secrets().unwrap(),
+            );
         }
         Self { app: integration_tests::local_app(retriever) }
     }

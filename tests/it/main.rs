@@ -14,6 +14,7 @@ mod lifecycle;
 mod mcp;
 mod pipeline;
 mod properties;
+mod real_repositories;
 mod repository;
 mod robustness;
 mod schema;

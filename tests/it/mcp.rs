@@ -41,8 +41,10 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
     std::fs::create_dir_all(checkout.join("src")).unwrap();
     std::fs::write(checkout.join("src/lib.rs"), "/// Deploys billing-api.\npub fn deploy() {}\n").unwrap();
 
-    let retriever = integration_tests::shipped_retriever(&db, minilm())
-        .with_repositories(Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)));
+    let retriever = integration_tests::shipped_retriever(&db, minilm()).with_repositories(
+        Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)),
+        memory_core::code::exclude::Exclusions::secrets().unwrap(),
+    );
     let app = integration_tests::local_app(retriever);
 
     // A missing or bad token: 401 before any MCP message is read.

@@ -303,13 +303,16 @@ async fn main() -> anyhow::Result<()> {
             };
             let plan = operate::import_plan(&path, org, project, name, &reference)?;
             println!(
-                "{}: {} files, {} chunks in {} batches ({} files skipped)",
+                "{}: {} files, {} chunks in {} batches ({} files not imported{})",
                 path.display(),
                 plan.files,
                 plan.chunks,
                 plan.batches.len(),
-                plan.skipped
+                plan.skipped.len(),
+                if plan.skipped.is_empty() { "" } else { ":" }
             );
+            let repository = plan.repository.clone();
+            operate::record_skipped(&admin_pool()?, org, project, &repository, &plan.skipped).await?;
             if direct {
                 let model_dir = config::required("MEMORY_MODEL_DIR")?;
                 operate::ingest_directly(&admin_pool()?, model_dir.as_ref(), &plan.batches, Admission::Active).await?;
@@ -347,10 +350,11 @@ async fn main() -> anyhow::Result<()> {
             let pool = admin_pool()?;
             let mut tx = store::begin_for_org(&pool, org).await?;
             for held in store::review::pending(&mut *tx, org).await? {
-                println!(
-                    "{} {} {} (because of {}): {}",
-                    held.job, held.action, held.memory_id, held.other_memory_id, held.reason
-                );
+                let cause = match held.other_memory_id == held.memory_id {
+                    true => String::new(),
+                    false => format!(" (because of {})", held.other_memory_id),
+                };
+                println!("{} {} {}{cause}: {}", held.job, held.action, held.memory_id, held.reason);
             }
             tx.commit().await?;
         }

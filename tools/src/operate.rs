@@ -106,7 +106,26 @@ pub fn import_plan(
         reference: reference.to_string(),
         max_file_bytes,
     };
-    Ok(import::plan(&snapshot, &target)?)
+    Ok(import::plan(&snapshot, &target, memory_core::code::exclude::Exclusions::secrets()?)?)
+}
+
+/// Records the files an import skipped (replacing its repository's last list) and prints them, one a line.
+pub async fn record_skipped(
+    pool: &PgPool,
+    org: Uuid,
+    project: Uuid,
+    repository: &str,
+    skipped: &[memory_core::code::import::SkippedFile],
+) -> anyhow::Result<()> {
+    for file in skipped {
+        println!("  skipped {} ({}: {})", file.path, file.reason.as_str(), file.detail);
+    }
+    let rows: Vec<(&str, &str, &str)> =
+        skipped.iter().map(|f| (f.path.as_str(), f.reason.as_str(), f.detail.as_str())).collect();
+    let mut tx = store::begin_for_org(pool, org).await?;
+    store::skipped::replace(&mut tx, org, project, repository, &rows).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Applies each batch here, embedding with MiniLM, then sends the follow-up jobs and events when the queues and
@@ -173,20 +192,42 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
     // Per organisation, under its own setting: the owner need not bypass row-level security.
     let (mut jobs, mut events, mut held, mut undecided) = (0, 0, 0, 0);
     let waited = chrono::TimeDelta::minutes(15);
+    let mut files = Vec::new();
     for org in store::outbox::organizations(pool).await? {
         let mut tx = store::begin_for_org(pool, org).await?;
         jobs += store::jobs::unsent_counts(&mut *tx, org).await?.iter().map(|(_, n)| n).sum::<i64>();
         events += store::outbox::unpublished_count(&mut *tx, org).await?;
         held += store::review::pending(&mut *tx, org).await?.len();
         undecided += store::memories::undecided_candidates(&mut *tx, org, waited, i64::MAX).await?.len();
+        let skipped = store::skipped::counts(&mut *tx, org).await?;
+        if !skipped.is_empty() {
+            let counts: Vec<String> = skipped.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+            files.push(format!("organisation {org}: files not imported: {}", counts.join(", ")));
+            for row in store::skipped::list(&mut *tx, org, SHOWN_FILES).await? {
+                files.push(format!(
+                    "  {} {}:{} ({}: {})",
+                    row.project_id, row.repository, row.path, row.reason, row.detail
+                ));
+            }
+        }
+        for (project, path, error) in store::memories::scan_errors(&mut *tx, org, SHOWN_FILES).await? {
+            let project = project.map_or_else(|| "(no project)".to_string(), |p| p.to_string());
+            files.push(format!("organisation {org}: the scan could not read {project} {path}: {error}"));
+        }
         tx.commit().await?;
     }
     println!("outbox: {jobs} jobs not sent, {events} events not published");
     println!(
         "held for review: {held} decisions (memory-admin review --org ...); candidates undecided after 15 min: {undecided}"
     );
+    for line in files {
+        println!("{line}");
+    }
     Ok(())
 }
+
+/// The most skipped or unreadable files `jobs status` lists per organisation.
+const SHOWN_FILES: i64 = 200;
 
 /// Lists (or, with `redrive`, sends back) the messages on the dead-letter queues of every job's queue, or of one
 /// job's (named by its worker: ingest, dedup, ...).

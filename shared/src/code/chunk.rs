@@ -4,8 +4,18 @@
 //! breadcrumb (`Install > From source`); other text by size. Every chunk is at most [`MAX_CHUNK_BYTES`]: a longer
 //! declaration is split into parts, each with the declaration's signature as context. Symbols are unique within a
 //! file, so a symbol is an anchor that survives edits elsewhere in the file.
+//!
+//! Chunking is bounded whatever the file holds: containers nested deeper than [`MAX_NESTING`] are chunks of their
+//! own (not walked into), the parser stops after [`PARSE_BUDGET`], a file that would give more than
+//! [`MAX_CHUNKS_PER_FILE`] declarations is chunked by size instead, and a panic is an error, not a crash. The
+//! caller bounds the file's size (`MEMORY_FILE_MAX_BYTES`).
 
-use tree_sitter::{Node, Parser};
+use std::{
+    ops::ControlFlow,
+    time::{Duration, Instant},
+};
+
+use tree_sitter::{Node, ParseOptions, Parser};
 
 use super::Language;
 use crate::domain::content_hash;
@@ -17,6 +27,23 @@ const MAX_SIGNATURE_BYTES: usize = 200;
 /// The longest context (ingest takes at most 8 KiB) and symbol (at most 1,000 bytes).
 const MAX_CONTEXT_BYTES: usize = 2048;
 const MAX_SYMBOL_BYTES: usize = 400;
+/// The deepest nesting of containers (`mod`, `impl`, `trait`, `class`) whose members are chunks of their own; a
+/// container deeper than this is one chunk (in parts when long).
+pub const MAX_NESTING: usize = 8;
+/// The most chunks one file gives: a file with more declarations (or headings) is chunked by size, which gives at
+/// most about two for each [`MAX_CHUNK_BYTES`] of text.
+pub const MAX_CHUNKS_PER_FILE: usize = 4096;
+/// The longest the parser may take over one file.
+pub const PARSE_BUDGET: Duration = Duration::from_secs(5);
+
+/// Why a file gave no chunks: it is recorded as unreadable, and whatever read it goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    #[error("over budget: parsing took longer than {}s", PARSE_BUDGET.as_secs())]
+    OverTime,
+    #[error("the chunker failed on this file: {0}")]
+    Failed(String),
+}
 
 /// One chunk of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,13 +68,27 @@ impl Chunk {
     }
 }
 
-/// The chunks of a file of `language`.
-pub fn chunk_file(path: &str, language: Language, text: &str) -> Vec<Chunk> {
+/// The chunks of a file of `language`. Runs on the caller's thread: async callers run it with `spawn_blocking`.
+pub fn chunk_file(path: &str, language: Language, text: &str) -> Result<Vec<Chunk>, ChunkError> {
+    std::panic::catch_unwind(|| chunks_of(path, language, text)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(ChunkError::Failed(why))
+    })
+}
+
+fn chunks_of(path: &str, language: Language, text: &str) -> Result<Vec<Chunk>, ChunkError> {
     let header = format!("path: {path}\nlanguage: {}", language.as_str());
     let chunks = match language {
-        Language::Markdown => markdown(text, &header),
+        Language::Markdown => markdown(text, &header).unwrap_or_else(|| by_size(text, 0, "text", &header)),
         Language::Text => by_size(text, 0, "text", &header),
-        source => declarations(source, text, &header).unwrap_or_else(|| by_size(text, 0, "text", &header)),
+        source => match declarations(source, text, &header)? {
+            Some(chunks) => chunks,
+            None => by_size(text, 0, "text", &header),
+        },
     };
     let bounded_chunks = chunks.into_iter().map(|mut chunk| {
         if chunk.symbol.trim().is_empty() {
@@ -57,7 +98,7 @@ pub fn chunk_file(path: &str, language: Language, text: &str) -> Vec<Chunk> {
         chunk.context = bounded(&chunk.context, MAX_CONTEXT_BYTES).to_string();
         chunk
     });
-    unique_symbols(bounded_chunks.collect())
+    Ok(unique_symbols(bounded_chunks.collect()))
 }
 
 /// Byte offsets at which lines start, for 1-based line numbers.
@@ -70,6 +111,11 @@ impl Lines {
 
     fn line(&self, offset: usize) -> u32 {
         self.0.partition_point(|&start| start <= offset) as u32
+    }
+
+    /// Where the line holding `offset` starts.
+    fn start_of(&self, offset: usize) -> usize {
+        self.0[self.line(offset) as usize - 1]
     }
 }
 
@@ -142,14 +188,37 @@ enum Declaration<'t> {
     Container { name: String, kind: &'static str, body: Node<'t>, header: bool },
 }
 
-fn declarations(language: Language, text: &str, header: &str) -> Option<Vec<Chunk>> {
+/// The declarations of a source file; None when the grammar finds none (the file is then chunked by size), or when
+/// there are more than [`MAX_CHUNKS_PER_FILE`].
+fn declarations(language: Language, text: &str, header: &str) -> Result<Option<Vec<Chunk>>, ChunkError> {
     let mut parser = Parser::new();
-    parser.set_language(&language.grammar()?).ok()?;
-    let tree = parser.parse(text, None)?;
-    let root = tree.root_node();
-    let mut walker = Walker { language, text, lines: Lines::of(text), context: header.to_string(), chunks: Vec::new() };
-    walker.walk(root, &[], &[]);
-    (!walker.chunks.is_empty()).then_some(walker.chunks)
+    let Some(grammar) = language.grammar() else { return Ok(None) };
+    if parser.set_language(&grammar).is_err() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let mut within_budget = |_: &tree_sitter::ParseState| {
+        if started.elapsed() > PARSE_BUDGET { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    };
+    let bytes = text.as_bytes();
+    let mut input = |offset: usize, _| &bytes[offset.min(bytes.len())..];
+    let options = ParseOptions::new().progress_callback(&mut within_budget);
+    let Some(tree) = parser.parse_with_options(&mut input, None, Some(options)) else {
+        return Err(ChunkError::OverTime);
+    };
+    let mut walker = Walker {
+        language,
+        text,
+        lines: Lines::of(text),
+        context: header.to_string(),
+        path: Vec::new(),
+        enclosing: Vec::new(),
+        chunks: Vec::new(),
+    };
+    if walker.walk(tree.root_node()).is_break() || walker.chunks.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(walker.chunks))
 }
 
 struct Walker<'a> {
@@ -158,6 +227,10 @@ struct Walker<'a> {
     lines: Lines,
     /// Path and language.
     context: String,
+    /// The names of the containers being walked, outermost first (one stack for the whole walk).
+    path: Vec<String>,
+    /// Their signatures, in the same order.
+    enclosing: Vec<String>,
     chunks: Vec<Chunk>,
 }
 
@@ -170,47 +243,63 @@ impl<'a> Walker<'a> {
         node.child_by_field_name(name).map(|n| self.source(n).to_string())
     }
 
-    fn walk(&mut self, node: Node<'a>, path: &[String], enclosing: &[String]) {
+    /// Chunks the declarations among `node`'s children; breaks when the file has more than
+    /// [`MAX_CHUNKS_PER_FILE`]. Recurses only into containers, at most [`MAX_NESTING`] deep.
+    fn walk(&mut self, node: Node<'a>) -> ControlFlow<()> {
         let mut cursor = node.walk();
         let children: Vec<Node<'a>> = node.named_children(&mut cursor).collect();
         for (i, child) in children.iter().enumerate() {
-            let Some((declaration, inner)) = self.classify(*child, path.is_empty()) else { continue };
+            if self.chunks.len() > MAX_CHUNKS_PER_FILE {
+                return ControlFlow::Break(());
+            }
+            let Some((declaration, inner)) = self.classify(*child, self.path.is_empty()) else { continue };
             let start = self.leading_start(&children[..i], *child);
             match declaration {
                 Declaration::Leaf { name, kind } => {
-                    let symbol = self.join(path, &name);
-                    self.emit(&symbol, kind, start, child.end_byte(), enclosing);
+                    let symbol = self.join(&name);
+                    self.emit(&symbol, kind, start, child.end_byte());
+                }
+                Declaration::Container { name, kind, .. } if self.path.len() >= MAX_NESTING => {
+                    let symbol = self.join(&name);
+                    self.emit(&symbol, kind, start, child.end_byte());
                 }
                 Declaration::Container { name, kind, body, header } => {
-                    let symbol = self.join(path, &name);
-                    let first_member = {
-                        let mut c = body.walk();
-                        let members: Vec<Node> = body.named_children(&mut c).collect();
-                        members.iter().find(|m| self.classify(**m, false).is_some()).map(|m| {
-                            let at = members.iter().position(|x| x == m).unwrap_or(0);
-                            self.leading_start(&members[..at], *m)
-                        })
-                    };
+                    let symbol = self.join(&name);
                     if header {
-                        let end = first_member.unwrap_or(child.end_byte());
-                        self.emit(&symbol, kind, start, end, enclosing);
+                        let end = self.first_member_start(body).unwrap_or(child.end_byte());
+                        self.emit(&symbol, kind, start, end);
                     }
                     let first_line = self.source(inner).lines().next().unwrap_or_default().trim();
-                    let signature = bounded(first_line, MAX_SIGNATURE_BYTES).to_string();
-                    let mut path = path.to_vec();
-                    path.push(name);
-                    let mut enclosing = enclosing.to_vec();
-                    enclosing.push(signature);
-                    self.walk(body, &path, &enclosing);
+                    self.enclosing.push(bounded(first_line, MAX_SIGNATURE_BYTES).to_string());
+                    self.path.push(name);
+                    let walked = self.walk(body);
+                    self.path.pop();
+                    self.enclosing.pop();
+                    walked?;
                 }
             }
         }
+        ControlFlow::Continue(())
     }
 
-    fn join(&self, path: &[String], name: &str) -> String {
-        let mut parts = path.to_vec();
-        parts.push(name.to_string());
-        parts.join(self.language.separator())
+    /// Where the first declaration of a container's body starts, with its leading comments.
+    fn first_member_start(&self, body: Node<'a>) -> Option<usize> {
+        let mut cursor = body.walk();
+        let members: Vec<Node> = body.named_children(&mut cursor).collect();
+        let at = members.iter().position(|m| self.classify(*m, false).is_some())?;
+        Some(self.leading_start(&members[..at], members[at]))
+    }
+
+    fn join(&self, name: &str) -> String {
+        let separator = self.language.separator();
+        let mut symbol = String::new();
+        for part in self.path.iter().map(String::as_str).chain([name]) {
+            if !symbol.is_empty() {
+                symbol.push_str(separator);
+            }
+            symbol.push_str(part);
+        }
+        symbol
     }
 
     /// Where a declaration starts with the comments and attributes right above it.
@@ -235,9 +324,12 @@ impl<'a> Walker<'a> {
     }
 
     /// One declaration's chunk, or its parts when it is too long (each with the signature as context).
-    fn emit(&mut self, symbol: &str, kind: &'static str, start: usize, end: usize, enclosing: &[String]) {
-        // Whole lines, from the start of the first, without their common indentation.
-        let start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+    fn emit(&mut self, symbol: &str, kind: &'static str, start: usize, end: usize) {
+        // Whole lines, from the start of the first (when only indentation precedes the declaration on its line: a
+        // line of many declarations, minified code, gives each its own text), without their common indentation.
+        let indentation = self.text[..start].bytes().rev().take_while(|b| *b == b' ' || *b == b'\t').count();
+        let line_start = self.lines.start_of(start);
+        let start = if start - indentation == line_start { line_start } else { start };
         let dedented = dedent(&self.text[start..end]);
         let text = dedented.as_str();
         if text.is_empty() {
@@ -245,9 +337,9 @@ impl<'a> Walker<'a> {
         }
         let first_line = self.lines.line(start);
         let mut context = self.context.clone();
-        if !enclosing.is_empty() {
+        if !self.enclosing.is_empty() {
             context.push_str("\nin: ");
-            context.push_str(&enclosing.join(" > "));
+            context.push_str(&self.enclosing.join(" > "));
         }
         if text.len() <= MAX_CHUNK_BYTES {
             self.chunks.push(Chunk {
@@ -378,13 +470,15 @@ fn bounded(text: &str, max: usize) -> &str {
 }
 
 /// Markdown sections: each heading with what follows it up to the next heading, named by the breadcrumb of its
-/// enclosing headings (`Guide > Install > From source`); text before the first heading is `(preamble)`.
-fn markdown(text: &str, header: &str) -> Vec<Chunk> {
+/// enclosing headings (`Guide > Install > From source`); text before the first heading is `(preamble)`. A title is
+/// its words (images and badges left out, spaces collapsed). None when there are more than [`MAX_CHUNKS_PER_FILE`].
+fn markdown(text: &str, header: &str) -> Option<Vec<Chunk>> {
     use pulldown_cmark::{Event, HeadingLevel, Parser, Tag, TagEnd};
     let lines = Lines::of(text);
     // (start offset, level, title) of each heading.
     let mut headings: Vec<(usize, usize, String)> = Vec::new();
     let mut open: Option<(usize, usize, String)> = None;
+    let mut in_image = 0usize;
     for (event, range) in Parser::new(text).into_offset_iter() {
         match event {
             Event::Start(Tag::Heading { level, .. }) => {
@@ -398,12 +492,20 @@ fn markdown(text: &str, header: &str) -> Vec<Chunk> {
                 };
                 open = Some((range.start, depth, String::new()));
             }
-            Event::Text(t) | Event::Code(t) => {
+            Event::Start(Tag::Image { .. }) => in_image += 1,
+            Event::End(TagEnd::Image) => in_image = in_image.saturating_sub(1),
+            Event::Text(t) | Event::Code(t) if in_image == 0 => {
                 if let Some((_, _, title)) = open.as_mut() {
                     title.push_str(&t);
+                    title.push(' ');
                 }
             }
-            Event::End(TagEnd::Heading(_)) => headings.extend(open.take()),
+            Event::End(TagEnd::Heading(_)) => {
+                headings.extend(open.take().map(|(start, depth, title)| (start, depth, words(&title))));
+                if headings.len() > MAX_CHUNKS_PER_FILE {
+                    return None;
+                }
+            }
             _ => {}
         }
     }
@@ -415,7 +517,7 @@ fn markdown(text: &str, header: &str) -> Vec<Chunk> {
     let mut trail: Vec<(usize, String)> = Vec::new();
     for (i, (start, depth, title)) in headings.iter().enumerate() {
         trail.retain(|(d, _)| d < depth);
-        trail.push((*depth, title.trim().to_string()));
+        trail.push((*depth, title.clone()));
         let end = headings.get(i + 1).map_or(text.len(), |h| h.0);
         sections.push((*start, end, trail.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(" > ")));
     }
@@ -438,13 +540,25 @@ fn markdown(text: &str, header: &str) -> Vec<Chunk> {
                 context: context.clone(),
             });
         }
+        if chunks.len() > MAX_CHUNKS_PER_FILE {
+            return None;
+        }
     }
-    chunks
+    Some(chunks)
+}
+
+/// The words of `text` separated by single spaces (any run of Unicode white space is one).
+fn words(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chunked(path: &str, language: Language, text: &str) -> Vec<Chunk> {
+        chunk_file(path, language, text).expect("chunked")
+    }
 
     fn symbols(chunks: &[Chunk]) -> Vec<&str> {
         chunks.iter().map(|c| c.symbol.as_str()).collect()
@@ -456,9 +570,9 @@ mod tests {
                     #[derive(Debug)]\npub struct Config {\n    port: u16,\n}\n\nimpl Config {\n    \
                     /// The port.\n    pub fn port(&self) -> u16 {\n        self.port\n    }\n}\n\n\
                     mod inner {\n    fn helper() {}\n}\n";
-        let chunks = chunk_file("src/config.rs", Language::Rust, text);
+        let chunks = chunked("src/config.rs", Language::Rust, text);
         assert_eq!(symbols(&chunks), ["parse", "Config", "Config::port", "inner::helper"]);
-        let documented = chunk_file("lib.rs", Language::Rust, "//! The crate.\n\n/// A.\npub struct A;\n");
+        let documented = chunked("lib.rs", Language::Rust, "//! The crate.\n\n/// A.\npub struct A;\n");
         assert_eq!(documented[0].text, "/// A.\npub struct A;", "the module's documentation stays out");
         let parse = &chunks[0];
         assert!(parse.text.starts_with("/// Reads the config."), "the doc comment belongs to its function");
@@ -474,16 +588,16 @@ mod tests {
     #[test]
     fn python_go_and_typescript_name_members_by_their_class_or_receiver() {
         let python = "import os\n\nclass Server:\n    \"\"\"Serves.\"\"\"\n\n    @staticmethod\n    def handle(r):\n        return r\n\ndef main():\n    pass\n";
-        let chunks = chunk_file("app.py", Language::Python, python);
+        let chunks = chunked("app.py", Language::Python, python);
         assert_eq!(symbols(&chunks), ["Server", "Server.handle", "main"]);
         assert!(chunks[1].text.starts_with("@staticmethod\ndef handle(r):"));
 
         let go = "package main\n\nimport \"fmt\"\n\ntype Server struct{}\n\nfunc (s *Server) Handle() {\n\tfmt.Println()\n}\n\nfunc main() {}\n";
-        assert_eq!(symbols(&chunk_file("main.go", Language::Go, go)), ["Server", "Server.Handle", "main"]);
+        assert_eq!(symbols(&chunked("main.go", Language::Go, go)), ["Server", "Server.Handle", "main"]);
 
         let ts = "import { x } from './x';\n\nexport class Store {\n  get(id: string): string {\n    return id;\n  }\n}\n\n\
                   export function parseConfig(text: string) {\n  return text;\n}\n\nexport interface Options { a: number }\n";
-        let chunks = chunk_file("store.ts", Language::TypeScript, ts);
+        let chunks = chunked("store.ts", Language::TypeScript, ts);
         assert_eq!(symbols(&chunks), ["Store", "Store.get", "parseConfig", "Options"]);
         assert!(chunks[2].text.starts_with("export function parseConfig"));
     }
@@ -491,7 +605,7 @@ mod tests {
     #[test]
     fn markdown_sections_carry_their_breadcrumb_and_long_declarations_are_split_with_their_signature() {
         let md = "Intro text.\n\n# Guide\n\nHello.\n\n## Install\n\nRun it.\n\n### From source\n\nBuild it.\n\n## Use\n\nCall it.\n";
-        let chunks = chunk_file("README.md", Language::Markdown, md);
+        let chunks = chunked("README.md", Language::Markdown, md);
         assert_eq!(
             symbols(&chunks),
             ["(preamble)", "Guide", "Guide > Install", "Guide > Install > From source", "Guide > Use"]
@@ -501,7 +615,7 @@ mod tests {
 
         let body: String = (0..400).map(|i| format!("    let value_{i} = {i};\n")).collect();
         let long = format!("fn long() {{\n{body}}}\n");
-        let chunks = chunk_file("long.rs", Language::Rust, &long);
+        let chunks = chunked("long.rs", Language::Rust, &long);
         assert!(chunks.len() > 1 && chunks.iter().all(|c| c.text.len() <= MAX_CHUNK_BYTES));
         assert_eq!(chunks[0].symbol, "long");
         assert_eq!(chunks[1].symbol, "long (part 2)");
@@ -513,13 +627,13 @@ mod tests {
     fn odd_text_never_panics_and_every_chunk_is_bounded() {
         // Non-breaking spaces in the indentation of a member (cut by bytes, they would split a character).
         let nbsp = "impl A {\n    fn a() {\n \u{a0}\u{a0}x();\n    }\n}\n";
-        assert!(!chunk_file("a.rs", Language::Rust, nbsp).is_empty());
+        assert!(!chunked("a.rs", Language::Rust, nbsp).is_empty());
         let minified = format!("class A {{ m() {{ return {}; }} }}\n", "1+".repeat(5000) + "1");
         let untitled = "#\n\ntext\n\n## \n\nmore\n";
         for (path, language, text) in
             [("m.js", Language::JavaScript, minified.as_str()), ("u.md", Language::Markdown, untitled)]
         {
-            for chunk in chunk_file(path, language, text) {
+            for chunk in chunked(path, language, text) {
                 assert!(!chunk.symbol.trim().is_empty() && chunk.symbol.len() <= MAX_SYMBOL_BYTES);
                 assert!(chunk.context.len() <= MAX_CONTEXT_BYTES && chunk.text.len() <= MAX_CHUNK_BYTES);
             }
@@ -529,9 +643,64 @@ mod tests {
     #[test]
     fn repeated_symbols_are_numbered_and_text_is_chunked_by_lines() {
         let text = "impl A {\n    fn fmt() {}\n}\nimpl<T> A<T> {\n    fn fmt() {}\n}\n";
-        assert_eq!(symbols(&chunk_file("a.rs", Language::Rust, text)), ["A::fmt", "A::fmt #2"]);
-        let chunks = chunk_file("notes.txt", Language::Text, "one\ntwo\n");
+        assert_eq!(symbols(&chunked("a.rs", Language::Rust, text)), ["A::fmt", "A::fmt #2"]);
+        let chunks = chunked("notes.txt", Language::Text, "one\ntwo\n");
         assert_eq!((chunks[0].symbol.as_str(), chunks[0].end_line), ("lines 1-2", 2));
-        assert!(chunk_file("empty.rs", Language::Rust, "").is_empty());
+        assert!(chunked("empty.rs", Language::Rust, "").is_empty());
+    }
+
+    /// Runs `f` on a thread with a 2 MiB stack (a Tokio blocking thread's), as the services run the chunker.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new().stack_size(2 << 20).spawn(f).unwrap().join().unwrap()
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_limit_is_one_chunk_and_costs_no_more_than_the_file() {
+        for (path, language, open, close) in [
+            ("bomb.rs", Language::Rust, "mod a {\n", "}\n"),
+            ("bomb.rs", Language::Rust, "impl A { fn f() { mod b {\n", "} } }\n"),
+            ("bomb.ts", Language::TypeScript, "class A { m() { class B {\n", "} } }\n"),
+            ("bomb.py", Language::Python, "class A:\n", ""),
+        ] {
+            let depth = 20_000;
+            let text = if language == Language::Python {
+                (0..depth).map(|i| format!("{}class A{i}:\n", " ".repeat(i % 200))).collect::<String>()
+            } else {
+                open.repeat(depth) + &close.repeat(depth)
+            };
+            let started = Instant::now();
+            let chunks = on_small_stack(move || chunk_file(path, language, &text));
+            let chunks = chunks.unwrap_or_default();
+            assert!(started.elapsed() < PARSE_BUDGET * 2, "{path}: {:?}", started.elapsed());
+            assert!(chunks.len() <= MAX_CHUNKS_PER_FILE + 1, "{path}: {} chunks", chunks.len());
+            let separators = language.separator();
+            for chunk in &chunks {
+                assert!(chunk.symbol.matches(separators).count() <= MAX_NESTING + 1, "{path}: {}", chunk.symbol);
+                assert!(chunk.text.len() <= MAX_CHUNK_BYTES && chunk.context.len() <= MAX_CONTEXT_BYTES);
+            }
+        }
+        // At the limit the container is one chunk, named by its path.
+        let nested = "mod a {\n".repeat(MAX_NESTING + 2) + "fn f() {}\n" + &"}\n".repeat(MAX_NESTING + 2);
+        let chunks = chunked("n.rs", Language::Rust, &nested);
+        assert_eq!(symbols(&chunks), [vec!["a"; MAX_NESTING + 1].join("::")]);
+    }
+
+    #[test]
+    fn a_file_of_more_declarations_than_the_budget_is_chunked_by_size() {
+        let text: String = (0..MAX_CHUNKS_PER_FILE + 10).map(|i| format!("fn f{i}() {{}}\n")).collect();
+        let chunks = chunked("many.rs", Language::Rust, &text);
+        assert!(chunks.len() < 100 && chunks.iter().all(|c| c.symbol.starts_with("lines ")), "{}", chunks.len());
+        let headings: String = (0..MAX_CHUNKS_PER_FILE + 10).map(|i| format!("# h{i}\n\ntext {i}\n\n")).collect();
+        let chunks = chunked("many.md", Language::Markdown, &headings);
+        assert!(chunks.len() < 200 && chunks.iter().all(|c| c.symbol.starts_with("lines ")), "{}", chunks.len());
+    }
+
+    #[test]
+    fn a_heading_is_named_by_its_words_without_its_badges() {
+        let md = "# Serde JSON \u{2003} [![Build Status](https://ci/badge.svg)](https://ci) [![Latest](https://b.svg)](x)\n\ntext\n\n## Use  `serde_json`\n\nmore\n";
+        assert_eq!(
+            symbols(&chunked("README.md", Language::Markdown, md)),
+            ["Serde JSON", "Serde JSON > Use serde_json"]
+        );
     }
 }

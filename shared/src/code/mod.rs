@@ -3,11 +3,12 @@
 //! repository's snapshot as ingest messages ([`import`]).
 
 pub mod chunk;
+pub mod exclude;
 pub mod import;
 mod language;
 pub mod reader;
 pub mod tools;
 
-pub use chunk::{Chunk, chunk_file};
+pub use chunk::{Chunk, ChunkError, chunk_file};
 pub use language::Language;
 pub use reader::{DirectoryReader, FileReadError, FileReader, GitReader, RepositoryReader, Snapshot, blob_sha};

@@ -2,6 +2,12 @@
 //! plain checkouts ([`DirectoryReader`]), each under `<root>/<organization_id>/<project_id>/`, with the same sandbox
 //! (paths inside the repository only) and size cap. A file's hash is its git blob SHA ([`blob_sha`]), computed as
 //! git does, whichever reader read it, so a SHA a producer sends can be checked against the repository.
+//!
+//! What a repository holds is outside input: paths are checked before any file system call (plain, relative, no
+//! NUL, names within the file system's limits), only regular files are read (a FIFO or device is refused without
+//! blocking), a checkout is read as git only when its `.git` is a directory of its own (a `.git` file pointing
+//! elsewhere is not followed), gix opens repositories isolated from the environment's configuration, and a commit's
+//! tree is listed up to [`MAX_TREE_ENTRIES`] entries (a tree that reuses subtrees cannot grow without bound).
 
 use std::{
     io::Read,
@@ -11,8 +17,14 @@ use std::{
 use async_trait::async_trait;
 use uuid::Uuid;
 
-/// Largest file read by default, in bytes; a larger file is recorded as refused.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024;
+/// Largest file read by default (`MEMORY_FILE_MAX_BYTES`), in bytes; a larger file is recorded as too large. The
+/// chunker bounds each chunk, so this bounds only the work and memory one file may take.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// The most entries (files and folders) listed from one commit's tree.
+pub const MAX_TREE_ENTRIES: usize = 200_000;
+/// The longest path, and the longest name in it, that a file system takes.
+const MAX_PATH_BYTES: usize = 4096;
+const MAX_NAME_BYTES: usize = 255;
 
 /// Why a file could not be read. Each is recorded on the memory; the scan goes on.
 #[derive(Debug, thiserror::Error)]
@@ -77,15 +89,36 @@ fn project_folder(root: &Path, organization_id: Uuid, project_id: Uuid) -> PathB
     root.join(organization_id.to_string()).join(project_id.to_string())
 }
 
-/// A stored path must be relative and plain (no `..`, no root); symlinks are checked when the file is opened.
-fn check_relative(path: &str) -> Result<&Path, FileReadError> {
+/// A stored path must be relative and plain (no `..`, no root, no NUL, names a file system takes); symlinks are
+/// checked when the file is opened.
+pub fn check_relative(path: &str) -> Result<&Path, FileReadError> {
     let relative = Path::new(path);
     let plain =
         !path.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if plain {
-        Ok(relative)
-    } else {
-        Err(FileReadError::Refused(format!("{path:?} is not a path inside the repository")))
+    if !plain {
+        return Err(FileReadError::Refused(format!("{path:?} is not a path inside the repository")));
+    }
+    if path.contains('\0') {
+        return Err(FileReadError::Refused("a path has no NUL character".into()));
+    }
+    if path.len() > MAX_PATH_BYTES || path.split('/').any(|name| name.len() > MAX_NAME_BYTES) {
+        return Err(FileReadError::Refused(format!(
+            "a path has at most {MAX_PATH_BYTES} bytes and names of at most {MAX_NAME_BYTES}"
+        )));
+    }
+    Ok(relative)
+}
+
+/// An I/O error of reading one file: refused when it says something of the path (it names no regular file the
+/// reader may read), else an I/O error (the storage failed; worth retrying).
+fn io_error(path: &str, source: std::io::Error) -> FileReadError {
+    use std::io::ErrorKind::*;
+    match source.kind() {
+        PermissionDenied => FileReadError::Refused(format!("{path:?} leads outside the repository or is not readable")),
+        InvalidInput | NotADirectory | IsADirectory | InvalidData | Unsupported => {
+            FileReadError::Refused(format!("{path:?}: {source}"))
+        }
+        _ => FileReadError::Io { path: path.to_string(), source },
     }
 }
 
@@ -107,24 +140,24 @@ impl FileReader for DirectoryReader {
 }
 
 fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Result<Option<Vec<u8>>, FileReadError> {
-    let io = |source: std::io::Error| FileReadError::Io { path: path.to_string(), source };
+    use cap_std::fs::OpenOptionsExt;
     let dir = match cap_std::fs::Dir::open_ambient_dir(repository, cap_std::ambient_authority()) {
         Ok(dir) => dir,
         // A missing checkout is a deployment problem, not a deleted file: nothing is archived for it.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(FileReadError::NoRepository);
         }
-        Err(e) => return Err(io(e)),
+        Err(e) => return Err(FileReadError::Io { path: path.to_string(), source: e }),
     };
-    let file = match dir.open(relative) {
+    // Non-blocking, so a FIFO is opened (and refused below) instead of waiting for a writer for ever.
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NONBLOCK);
+    let file = match dir.open_with(relative, &options) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return Err(FileReadError::Refused(format!("{path:?} leads outside the repository or is not readable")));
-        }
-        Err(e) => return Err(io(e)),
+        Err(e) => return Err(io_error(path, e)),
     };
-    let metadata = file.metadata().map_err(io)?;
+    let metadata = file.metadata().map_err(|e| io_error(path, e))?;
     if !metadata.is_file() {
         return Err(FileReadError::Refused(format!("{path:?} is not a regular file")));
     }
@@ -132,11 +165,17 @@ fn read_inside(repository: &Path, relative: &Path, max: u64, path: &str) -> Resu
         return Err(FileReadError::TooLarge { limit: max });
     }
     let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| io_error(path, e))?;
     if bytes.len() as u64 > max {
         return Err(FileReadError::TooLarge { limit: max });
     }
     Ok(Some(bytes))
+}
+
+/// Opens a git repository with nothing but its own configuration: no global or system configuration, no
+/// environment variables.
+fn open_isolated(dir: &Path) -> gix::Result<gix::Repository> {
+    gix::open_opts(dir, gix::open::Options::isolated())
 }
 
 /// The git blob SHA of a file's bytes, as `git hash-object` prints it.
@@ -201,7 +240,7 @@ impl FileReader for GitReader {
         let Ok(id) = gix::ObjectId::from_hex(sha.as_bytes()) else { return Ok(Some(false)) };
         let failed = |e: &dyn std::fmt::Display| FileReadError::Repository(e.to_string());
         let held = move || {
-            let repository = gix::open(repository).map_err(|e| failed(&e))?;
+            let repository = open_isolated(&repository).map_err(|e| failed(&e))?;
             let header = repository.try_find_header(id).map_err(|e| failed(&e))?;
             Ok(Some(header.is_some_and(|header| header.kind() == gix::object::Kind::Blob)))
         };
@@ -240,9 +279,16 @@ impl RepositoryReader {
 }
 
 impl RepositoryReader {
+    /// Whether the project's folder is a git repository of its own: a clone (`.git` a directory, not a file or
+    /// symlink that could name another repository on the mount) or a bare repository (`HEAD`, `objects`, `refs`).
     fn is_git(&self, organization_id: Uuid, project_id: Uuid) -> bool {
         let repository = project_folder(&self.root, organization_id, project_id);
-        repository.join(".git").exists() || repository.join("HEAD").is_file()
+        let real_dir = |p: PathBuf| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        let real_file = |p: PathBuf| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+        real_dir(repository.join(".git"))
+            || (real_file(repository.join("HEAD"))
+                && real_dir(repository.join("objects"))
+                && real_dir(repository.join("refs")))
     }
 }
 
@@ -293,7 +339,7 @@ impl Snapshot {
     /// The commit `reference` names in the repository at `dir`.
     pub fn open(dir: &Path, reference: &str) -> Result<Self, FileReadError> {
         let failed = |what: &str, e: &dyn std::fmt::Display| FileReadError::Repository(format!("{what}: {e}"));
-        let repository = gix::open(dir).map_err(|e| failed("not a git repository", &e))?;
+        let repository = open_isolated(dir).map_err(|e| failed("not a git repository", &e))?;
         let (commit, tree) = {
             let commit = repository
                 .rev_parse_single(reference)
@@ -312,17 +358,39 @@ impl Snapshot {
         self.commit.to_string()
     }
 
-    /// Every regular file of the commit (no symlinks, no submodules), in path order.
-    pub fn files(&self) -> Result<Vec<SnapshotFile>, FileReadError> {
-        let tree = self.tree()?;
-        let entries = tree.traverse().breadthfirst.files().map_err(|e| FileReadError::Repository(e.to_string()))?;
-        let mut files: Vec<SnapshotFile> = entries
-            .into_iter()
-            .filter(|e| e.mode.is_blob())
-            .map(|e| SnapshotFile { path: e.filepath.to_string(), blob_sha: e.oid.to_string() })
-            .collect();
+    /// The regular files of the commit (no symlinks, no submodules), in path order, and whether the listing stopped
+    /// at [`MAX_TREE_ENTRIES`] entries (the rest is not listed).
+    pub fn files(&self) -> Result<(Vec<SnapshotFile>, bool), FileReadError> {
+        let failed = |e: &dyn std::fmt::Display| FileReadError::Repository(e.to_string());
+        let mut files = Vec::new();
+        let mut entries = 0usize;
+        let mut folders = std::collections::VecDeque::from([(String::new(), self.tree)]);
+        'walk: while let Some((prefix, id)) = folders.pop_front() {
+            let tree = self.repository.find_tree(id).map_err(|e| failed(&e))?;
+            for entry in tree.iter() {
+                let entry = entry.map_err(|e| failed(&e))?;
+                entries += 1;
+                if entries > MAX_TREE_ENTRIES {
+                    break 'walk;
+                }
+                let path = format!("{prefix}{}", entry.filename());
+                let mode = entry.mode();
+                if mode.is_tree() {
+                    folders.push_back((format!("{path}/"), entry.oid().to_owned()));
+                } else if mode.is_blob() {
+                    files.push(SnapshotFile { path, blob_sha: entry.oid().to_string() });
+                }
+            }
+        }
         files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(files)
+        Ok((files, entries > MAX_TREE_ENTRIES))
+    }
+
+    /// The size of a blob, read from its header.
+    pub fn size(&self, blob_sha: &str) -> Result<u64, FileReadError> {
+        let id = gix::ObjectId::from_hex(blob_sha.as_bytes()).map_err(|e| FileReadError::Repository(e.to_string()))?;
+        let header = self.repository.find_header(id).map_err(|e| FileReadError::Repository(e.to_string()))?;
+        Ok(header.size())
     }
 
     /// A file's bytes, or None when the commit has no file at `path`; a symlink or directory is refused, as is a
@@ -354,8 +422,10 @@ mod tests {
 
     #[test]
     fn paths_that_are_not_plain_relative_paths_are_refused() {
-        for bad in ["../etc/passwd", "/etc/passwd", "src/../../x", ""] {
-            assert!(check_relative(bad).is_err(), "{bad}");
+        let long_name = format!("src/{}.rs", "a".repeat(300));
+        let long_path = "a/".repeat(2100);
+        for bad in ["../etc/passwd", "/etc/passwd", "src/../../x", "", "src/a\0b.rs", &long_name, &long_path] {
+            assert!(matches!(check_relative(bad), Err(FileReadError::Refused(_))), "{bad}");
         }
         assert_eq!(check_relative("src/./lib.rs").unwrap(), Path::new("src/./lib.rs"));
     }

@@ -1,6 +1,7 @@
 //! What an agent reads from a project's repository: a declaration by its symbol path ([`RepositoryTools::read_symbol`])
 //! and a bounded range of a file's lines ([`RepositoryTools::read_file_range`]), through the same reader, sandbox
-//! and size cap as the file scan. The caller's right to read the project is checked by the retriever.
+//! and size cap as the file scan, off the async threads. The caller's right to read the file (it became memory the
+//! caller may read) is checked by the retriever; a name that holds secrets is never read.
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{FileReadError, FileReader, Language, chunk_file};
+use super::{FileReadError, FileReader, Language, chunk_file, exclude::Exclusions};
 
 /// The most lines one `read_file_range` returns.
 pub const MAX_RANGE_LINES: u32 = 400;
@@ -38,11 +39,17 @@ pub struct FileRange {
 
 pub struct RepositoryTools {
     reader: Arc<dyn FileReader>,
+    exclusions: Exclusions,
 }
 
 impl RepositoryTools {
-    pub fn new(reader: Arc<dyn FileReader>) -> Self {
-        Self { reader }
+    pub fn new(reader: Arc<dyn FileReader>, exclusions: Exclusions) -> Self {
+        Self { reader, exclusions }
+    }
+
+    /// Whether `path` has a name that is never read (a secret's).
+    pub fn excludes(&self, path: &str) -> bool {
+        self.exclusions.check(path).is_some()
     }
 
     /// The chunk of `path` named `symbol` (a symbol path such as `AuthError::code`, or a heading breadcrumb).
@@ -56,7 +63,11 @@ impl RepositoryTools {
         let language = Language::of_path(path)
             .ok_or_else(|| crate::Error::validation(format!("{path:?} is not a file the chunker reads")))?;
         let text = self.text(organization_id, project_id, path).await?;
-        let chunks = chunk_file(path, language, &text);
+        let owned = path.to_string();
+        let chunks = tokio::task::spawn_blocking(move || chunk_file(&owned, language, &text))
+            .await
+            .map_err(|e| crate::Error::Unexpected(anyhow::anyhow!("the chunker's task failed: {e}")))?
+            .map_err(|e| crate::Error::validation(format!("{path}: {e}")))?;
         let chunk = chunks
             .into_iter()
             .find(|c| c.symbol == symbol)

@@ -120,6 +120,9 @@ pub(crate) struct Checked {
     new: NewMemory,
     taxonomy: Vec<Vec<String>>,
     entities: Vec<(String, String)>,
+    /// A memory of a curated import's history (superseded or archived where it was exported): it takes no chunk's
+    /// place and is screened for no duplicates, its successor being in the same import.
+    past: bool,
 }
 
 impl Ingestor {
@@ -252,13 +255,18 @@ impl Ingestor {
             checked.iter().map(|c| c.new.file_path.is_none().then(|| content_hash(c.new.content.as_bytes()))).collect();
         store::ingest::lock_content_hashes(&mut tx, org, &hashes.iter().flatten().cloned().collect()).await?;
         let mut receipt = IngestReceipt { memory_ids: Vec::new(), created: 0, duplicates: 0, replayed: false };
-        let mut created = Vec::new();
+        // The memories this batch makes active (all of them, or its verified chunks), for the synthesis count.
+        let mut activated = Vec::new();
         let mut near_duplicates = false;
-        for ((Checked { mut new, taxonomy, entities }, vector), hash) in checked.into_iter().zip(vectors).zip(hashes) {
+        for ((Checked { mut new, taxonomy, entities, past }, vector), hash) in
+            checked.into_iter().zip(vectors).zip(hashes)
+        {
             let readership = Readership::of_new(&new);
+            let chunk = is_verified_chunk(&new);
             // One copy per chunk: a chunk already held stays as it is (the file scan keeps it current). Other
             // memories anchored there (a summary of the chunk, say) are memories of their own.
             if let (Some(anchor), Some(path)) = (&new.anchor, &new.file_path)
+                && !past
                 && anchor.hash.as_deref() == Some(content_hash(new.content.as_bytes()).as_str())
                 && new.scope == Scope::Project
                 && let Some(existing) = {
@@ -292,9 +300,23 @@ impl Ingestor {
                 let entity = entity_ids[&key];
                 store::entities::add_mention(&mut *tx, org, entity, memory.id).await?;
             }
+            receipt.memory_ids.push(memory.id);
+            receipt.created += 1;
+            // A verified chunk of a file is as true as its file, which the file scan checks: it is promoted here,
+            // with no contradiction check, and is no near-duplicate to review (two chunks are two places).
+            if chunk || past {
+                if admission == Admission::Candidate {
+                    transitions::promote(&mut tx, org, memory.id).await?;
+                    store::memories::mark_checked(&mut *tx, org, memory.id).await?;
+                }
+                activated.push(memory.id);
+                continue;
+            }
             if admission == Admission::Candidate {
                 let job = ContradictionCheckJob::new(org, memory.id);
                 store::jobs::enqueue(&mut *tx, org, JobType::MemoryContradictionCheck, body(job)).await?;
+            } else {
+                activated.push(memory.id);
             }
             let vector = new.embedding.as_deref().expect("embedded above");
             let neighbours = store::ingest::near_duplicates(
@@ -310,14 +332,9 @@ impl Ingestor {
             for (neighbour, cosine) in neighbours {
                 near_duplicates |= store::dedup::defer_pair(&mut *tx, org, memory.id, neighbour, cosine).await?;
             }
-            receipt.memory_ids.push(memory.id);
-            receipt.created += 1;
-            created.push(memory.id);
         }
-        // Candidates become due for synthesis when their checks promote them.
-        if admission == Admission::Active {
-            store::entities::queue_due_syntheses(&mut tx, org, &created).await?;
-        }
+        // Other candidates become due for synthesis when their checks promote them.
+        store::entities::queue_due_syntheses(&mut tx, org, &activated).await?;
         if near_duplicates {
             let job = DedupReviewJob::deferred(org);
             store::jobs::enqueue(&mut *tx, org, JobType::MemoryDedupReview, body(job)).await?;
@@ -529,7 +546,20 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     new.labels = serde_json::to_value(&m.labels).expect("string map");
     new.provenance =
         Provenance { source_kind: m.provenance.source_kind, source_ref: Some(source_ref), trust_level: trust };
-    Ok(Checked { new, taxonomy, entities })
+    let past = m.history.as_ref().is_some_and(|h| h.status != MemoryStatus::Active);
+    Ok(Checked { new, taxonomy, entities, past })
+}
+
+/// Whether a memory is a verified copy of a chunk of a file: file-backed, anchored by the chunk's own hash, named by
+/// its file's blob SHA, project-scoped.
+pub(crate) fn is_verified_chunk(memory: &NewMemory) -> bool {
+    memory.provenance.source_kind == crate::domain::SourceKind::File
+        && memory.provenance.trust_level == crate::domain::TrustLevel::Verified
+        && memory.scope == Scope::Project
+        && memory.file_path.is_some()
+        && memory.content_hash.as_deref().is_some_and(crate::code::reader::is_blob_sha)
+        && memory.anchor.as_ref().and_then(|a| a.hash.as_deref())
+            == Some(content_hash(memory.content.as_bytes()).as_str())
 }
 
 /// Entity names and kinds are matched lowercased, trimmed, with single spaces.

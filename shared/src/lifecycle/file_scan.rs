@@ -240,13 +240,17 @@ impl FileScanner {
                 }
                 continue;
             };
-            let file = match self.reader.read(organization_id, project, &path).await {
-                Ok(Some(bytes)) => Some(read_file(&path, &bytes, &memories)),
-                Ok(None) => None,
-                Err(e) => {
-                    tracing::warn!(%path, reason = %e, "file-backed memories could not be scanned");
+            let read = match self.reader.read(organization_id, project, &path).await {
+                Ok(Some(bytes)) => read_file(&path, bytes, &memories).await.map(Some),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            };
+            let file = match read {
+                Ok(file) => file,
+                Err(why) => {
+                    tracing::warn!(%path, reason = %why, "file-backed memories could not be scanned");
                     for memory in &memories {
-                        self.apply(pool, memory, Outcome::Unreadable(e.to_string()), &mut report).await?;
+                        self.apply(pool, memory, Outcome::Unreadable(why.clone()), &mut report).await?;
                     }
                     continue;
                 }
@@ -412,17 +416,25 @@ impl FileScanner {
 }
 
 /// A file's SHA, and its chunks when an anchored memory must look at its chunk (the file is not the one it was
-/// last verified against, or its anchor has no hash yet): an unchanged file is not parsed.
-fn read_file(path: &str, bytes: &[u8], memories: &[Memory]) -> ReadFile {
-    let sha = blob_sha(bytes);
+/// last verified against, or its anchor has no hash yet): an unchanged file is not parsed. Chunking runs off the
+/// async threads; a file the chunker cannot read within its budget is an error (recorded on its memories).
+async fn read_file(path: &str, bytes: Vec<u8>, memories: &[Memory]) -> Result<ReadFile, String> {
+    let sha = blob_sha(&bytes);
     let needs_chunks = memories.iter().any(|m| {
         m.anchor.as_ref().is_some_and(|a| a.hash.is_none() || m.content_hash.as_deref() != Some(sha.as_str()))
     });
-    let chunks = match (needs_chunks, Language::of_path(path), std::str::from_utf8(bytes)) {
-        (true, Some(language), Ok(text)) => chunk_file(path, language, text),
+    let language = Language::of_path(path).filter(|_| needs_chunks);
+    let chunks = match (language, String::from_utf8(bytes)) {
+        (Some(language), Ok(text)) => {
+            let owned = path.to_string();
+            tokio::task::spawn_blocking(move || chunk_file(&owned, language, &text))
+                .await
+                .map_err(|e| format!("the chunker's task failed: {e}"))?
+                .map_err(|e| e.to_string())?
+        }
         _ => Vec::new(),
     };
-    ReadFile { path: path.to_string(), sha, chunks }
+    Ok(ReadFile { path: path.to_string(), sha, chunks })
 }
 
 /// Whether the memory's content is its anchored chunk's text (so a new text of the chunk is a new version of it).

@@ -28,6 +28,7 @@ pub use types::*;
 use crate::{
     code::{
         FileReader,
+        exclude::Exclusions,
         tools::{FileRange, RepositoryTools, SymbolText},
     },
     domain::{Memory, Scope},
@@ -78,9 +79,9 @@ impl Retriever {
         }
     }
 
-    /// Serves the repository tools from the projects' repositories `reader` reads.
-    pub fn with_repositories(mut self, reader: Arc<dyn FileReader>) -> Self {
-        self.repositories = Some(RepositoryTools::new(reader));
+    /// Serves the repository tools from the projects' repositories `reader` reads, never a file `exclusions` names.
+    pub fn with_repositories(mut self, reader: Arc<dyn FileReader>, exclusions: Exclusions) -> Self {
+        self.repositories = Some(RepositoryTools::new(reader, exclusions));
         self
     }
 
@@ -179,7 +180,7 @@ impl Retriever {
         path: &str,
         symbol: &str,
     ) -> crate::Result<SymbolText> {
-        let tools = self.repository_tools(organization_id, agent_id).await?;
+        let tools = self.repository_tools(organization_id, agent_id, project_id, path).await?;
         tools.read_symbol(organization_id, project_id, path, symbol).await
     }
 
@@ -192,20 +193,38 @@ impl Retriever {
         path: &str,
         lines: (u32, u32),
     ) -> crate::Result<FileRange> {
-        let tools = self.repository_tools(organization_id, agent_id).await?;
+        let tools = self.repository_tools(organization_id, agent_id, project_id, path).await?;
         tools.read_file_range(organization_id, project_id, path, lines.0, lines.1).await
     }
 
-    /// The repository tools, when the deployment has repositories and the principal reads project memories (the
-    /// repository of a project is read no more widely than the project's memories; another organisation's
-    /// projects are not under the caller's organisation at all).
-    async fn repository_tools(&self, organization_id: Uuid, agent_id: Option<Uuid>) -> crate::Result<&RepositoryTools> {
+    /// The repository tools for reading `path` of a project, when the deployment has repositories and the file
+    /// became memory the principal may read ([`store::memories::file_readable`]): the tools read only what was
+    /// imported (never a secret's name, never a file left out), no more widely than its memories. A file the
+    /// principal may not read is absent to it, as one that does not exist.
+    async fn repository_tools(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        project_id: Uuid,
+        path: &str,
+    ) -> crate::Result<&RepositoryTools> {
         let tools = self
             .repositories
             .as_ref()
             .ok_or_else(|| crate::Error::Absent("this deployment has no repositories (MEMORY_REPOS_DIR)".into()))?;
-        if !self.read_scopes(organization_id, agent_id).await?.contains(&Scope::Project) {
+        crate::code::reader::check_relative(path).map_err(|e| crate::Error::validation(e.to_string()))?;
+        let read_scopes = self.read_scopes(organization_id, agent_id).await?;
+        if !read_scopes.contains(&Scope::Project) {
             return Err(crate::Error::Forbidden("reading a project's repository needs the project read scope".into()));
+        }
+        let scope = ScopeFilter::for_retrieval(organization_id, read_scopes, agent_id, Some(project_id), None, false);
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
+        let readable = store::memories::file_readable(&mut tx, &scope, project_id, path).await?;
+        tx.commit().await?;
+        if !readable || tools.excludes(path) {
+            return Err(crate::Error::Absent(format!(
+                "project {project_id} has no file {path} imported as memory you may read"
+            )));
         }
         Ok(tools)
     }

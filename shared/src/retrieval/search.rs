@@ -30,6 +30,12 @@ impl Retriever {
         if let Some(problem) = request.filters.problem() {
             return Err(crate::Error::validation(problem));
         }
+        // A repository's memories are a project's: without the project, the filter would match nothing, silently.
+        if request.filters.repository.is_some() && request.project_id.is_none() {
+            return Err(crate::Error::validation(
+                "filters.repository names a project's repository: add the project's project_id",
+            ));
+        }
         let mut scope = self
             .scope_filter(
                 request.organization_id,

@@ -20,7 +20,8 @@ pub struct ExportedMemory {
 }
 
 /// The organisation's memories, active and history (superseded, archived; entity profiles aside: they are
-/// synthesised again), oldest first.
+/// synthesised again): the active ones first, so an import gives each chunk and text to its current version before
+/// any history, then the history; oldest first within each.
 pub async fn memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<Vec<ExportedMemory>> {
     let sql = format!(
         "WITH RECURSIVE paths AS (\
@@ -37,7 +38,7 @@ pub async fn memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::R
                        WHERE mn.organization_id = m.organization_id AND mn.memory_id = m.id), '[]') AS entities \
          FROM memory m WHERE m.organization_id = $1 AND m.status IN ('active', 'superseded', 'archived') \
            AND m.memory_type <> 'entity_profile' \
-         ORDER BY m.created_at, m.id"
+         ORDER BY m.status <> 'active', m.created_at, m.id"
     );
     sqlx::query_as(&sql).bind(organization_id).fetch_all(conn).await
 }

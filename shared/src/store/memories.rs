@@ -150,6 +150,45 @@ pub async fn set_trust(
         .map(|r| r.rows_affected())
 }
 
+/// The files whose active memories' last scan could not read them, with the reason: (project, path, error), at most
+/// `limit`.
+pub async fn scan_errors(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    limit: i64,
+) -> sqlx::Result<Vec<(Option<Uuid>, String, String)>> {
+    sqlx::query_as(
+        "SELECT DISTINCT ON (project_id, file_path) project_id, file_path, file_scan_error FROM memory \
+         WHERE organization_id = $1 AND status = 'active' AND file_scan_error IS NOT NULL \
+         ORDER BY project_id, file_path LIMIT $2",
+    )
+    .bind(organization_id)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// Whether the file at `path` of the project became memory the filter's principal may read: it has an active
+/// memory there, and every active memory of it passes the filter (a file one of whose memories the principal may
+/// not read is not read to it whole).
+pub async fn file_readable(
+    conn: &mut PgConnection,
+    scope: &ScopeFilter,
+    project_id: Uuid,
+    path: &str,
+) -> sqlx::Result<bool> {
+    let mut qb = QueryBuilder::new("SELECT count(*) > 0 AND count(*) = count(*) FILTER (WHERE ");
+    scope.push_sql(&mut qb);
+    qb.push(") FROM memory m WHERE m.organization_id = ")
+        .push_bind(scope.organization_id())
+        .push(" AND m.project_id = ")
+        .push_bind(project_id)
+        .push(" AND m.file_path = ")
+        .push_bind(path)
+        .push(" AND m.status = 'active'");
+    qb.build_query_scalar().fetch_one(conn).await
+}
+
 /// The active project-scope memory of the project's repository that is the chunk at `symbol` of `path` (anchored
 /// there, its content the chunk's text), if any.
 pub async fn chunk_at(

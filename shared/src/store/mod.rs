@@ -17,6 +17,7 @@ pub mod outbox;
 mod predicates;
 pub mod producers;
 pub mod review;
+pub mod skipped;
 pub mod taxonomy;
 pub mod transitions;
 

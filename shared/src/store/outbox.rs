@@ -34,14 +34,14 @@ pub async fn append(
     Ok(id)
 }
 
-/// Makes this transaction the organisation's only event publisher until it ends, waiting (up to the role's lock
-/// timeout) while another relay publishes a batch of the organisation's events.
-pub async fn lock_publisher(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('domain_event_outbox'), hashtext($1::text))")
+/// Makes this transaction the organisation's only event publisher until it ends, if no other relay is publishing
+/// the organisation's events (false: one is, and it goes on until the outbox is empty). The lock's key is the
+/// organisation's: relays of different organisations never wait for each other.
+pub async fn lock_publisher(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('domain_event_outbox'), hashtext($1::text))")
         .bind(organization_id)
-        .execute(conn)
+        .fetch_one(conn)
         .await
-        .map(|_| ())
 }
 
 /// Locks up to `limit` of the organisation's unpublished events, in the order they were written, for this

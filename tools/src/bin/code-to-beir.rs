@@ -35,7 +35,7 @@ struct Args {
 fn files(source: &Path) -> anyhow::Result<Vec<(String, String)>> {
     if let Ok(snapshot) = Snapshot::open(source, "HEAD") {
         let mut out = Vec::new();
-        for file in snapshot.files()? {
+        for file in snapshot.files()?.0 {
             if let Some(Ok(text)) = snapshot.read(&file.path, 1 << 20)?.map(String::from_utf8) {
                 out.push((file.path, text));
             }
@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         if matches!(language, Language::Markdown | Language::Text) {
             continue;
         }
-        for chunk in chunk_file(&path, language, &text) {
+        for chunk in chunk_file(&path, language, &text)? {
             let id = format!("{path}#{}", chunk.symbol);
             let documented = matches!(chunk.kind, "function" | "method").then(|| split_doc(language, &chunk)).flatten();
             let body = match &documented {
