@@ -6,12 +6,14 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
+.PHONY: help run stop scan import-repo admin psql events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
 	@echo "make stop   stop what make run started"
-	@echo "make scan   fire the daily file scan now (with make run up)"
+	@echo "make scan [ARGS='--org <uuid>']   run the file scan now and print each organisation's report"
+	@echo "make admin ARGS='jobs status'   memory-admin on the local stack (no sourcing, no second build)"
+	@echo "make psql   psql on the local database, as its owner"
 	@echo "make import-repo PROJECT=<uuid> [ORG=<uuid>] [NAME=auth-service] [REPO=<path>]   a git repository as anchored memories"
 	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
@@ -35,7 +37,13 @@ stop:
 	@scripts/run.sh stop
 
 scan:
-	@scripts/run.sh scan
+	@scripts/run.sh scan $(ARGS)
+
+admin:
+	@scripts/run.sh admin $(ARGS)
+
+psql:
+	@scripts/run.sh psql
 
 import-repo:
 	@scripts/run.sh import-repo --org $(ORG) --project $(PROJECT) $(if $(NAME),--name $(NAME)) $(REPO)

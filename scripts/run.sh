@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# make run / make stop / make scan / make events / make import-repo / make token: the local retrieve API and workers over the local stack.
+# make run / make stop / make scan / make events / make import-repo / make admin / make psql / make token: the local
+# retrieve API and workers over the local stack.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# The address kept in .local/stack.env (MEMORY_BIND given to `make run` once), unless given now.
+if [[ -z "${MEMORY_BIND:-}" && -f "$ROOT/.local/stack.env" ]]; then
+    MEMORY_BIND="$(sed -n 's/^export MEMORY_BIND=//p' "$ROOT/.local/stack.env")"
+fi
 BIND="${MEMORY_BIND:-127.0.0.1:8787}"
 URL="http://$BIND"
 
@@ -13,7 +18,11 @@ build() {
     cargo build --quiet --workspace --bins
 }
 
-admin() { "$CARGO_TARGET_DIR/debug/memory-admin" "$@"; }
+# memory-admin as make run built it (the workspace's features: no second build), built first if it is missing.
+admin() {
+    [[ -x "$CARGO_TARGET_DIR/debug/memory-admin" ]] || build
+    "$CARGO_TARGET_DIR/debug/memory-admin" "$@"
+}
 
 # Starts a binary in the background unless it runs; its log and pid live in .local/.
 start() {
@@ -92,7 +101,16 @@ stop)
 scan)
     load_stack_env
     local_env
-    admin schedule file-scan
+    admin scan "${@:2}"
+    ;;
+admin)
+    load_stack_env
+    local_env
+    admin "${@:2}"
+    ;;
+psql)
+    load_stack_env
+    exec "$MEMORY_PG_BIN/psql" "$MEMORY_ADMIN_DATABASE_URL" "${@:2}"
     ;;
 events)
     load_stack_env
@@ -104,14 +122,13 @@ import-repo)
     admin import-repo "${@:2}"
     ;;
 token)
-    build
     args=(--org "$2")
     [[ -n "${3:-}" ]] && args+=(--agent "$3")
     [[ -n "${4:-}" ]] && args+=(--scope "$4")
     admin token "${args[@]}"
     ;;
 *)
-    echo "usage: $0 start|stop|scan|events|import-repo ARGS|token ORG [AGENT] [SCOPE]" >&2
+    echo "usage: $0 start|stop|scan|events|import-repo ARGS|admin ARGS|psql|token ORG [AGENT] [SCOPE]" >&2
     exit 2
     ;;
 esac

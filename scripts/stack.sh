@@ -13,6 +13,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 LOCAL="$ROOT/.local"
 VENV="$LOCAL/venv"
+# A checkout's ports and address, given once (`MEMORY_PG_PORT=55433 MEMORY_MOTO_PORT=54567
+# MEMORY_BIND=127.0.0.1:8788 make run` for a second checkout), are kept in .local/stack.env for every later command.
+if [[ -f "$LOCAL/stack.env" ]]; then
+    for name in MEMORY_PG_PORT MEMORY_MOTO_PORT MEMORY_BIND; do
+        [[ -n "${!name:-}" ]] || declare "$name=$(sed -n "s/^export $name=//p" "$LOCAL/stack.env")"
+    done
+fi
 PG_PORT="${MEMORY_PG_PORT:-55432}"
 MOTO_PORT="${MEMORY_MOTO_PORT:-54566}"
 PG_USER_OS="agentmem"   # PostgreSQL refuses to run as root: when we are root it runs as this system user.
@@ -202,6 +209,10 @@ export MEMORY_MODEL_DIR=$LOCAL/model
 export MEMORY_PG_BIN=$PG_BIN
 export MEMORY_CFN_LINT=$VENV/bin/cfn-lint
 export MEMORY_PYTHON=$VENV/bin/python
+export MEMORY_PG_PORT=$PG_PORT
+export MEMORY_MOTO_PORT=$MOTO_PORT
+export MEMORY_BIND=${MEMORY_BIND:-127.0.0.1:8787}
+export MEMORY_JWT_SECRET=$MEMORY_JWT_SECRET
 EOF
     cat "$LOCAL/queues.env" >>"$LOCAL/stack.env"
 }

@@ -138,6 +138,14 @@ enum Command {
     /// Run a scheduled task here, as its schedule would: outbox-sweep, lifecycle-sweep, prune, file-scan (the
     /// daily fan-out), ann-indexes or migrate.
     Schedule { task: String },
+    /// Run the file scan here, now (what the daily scan's jobs do), and print each organisation's report: every
+    /// organisation with file-backed memories, or one (and one of its projects).
+    Scan {
+        #[arg(long)]
+        org: Option<Uuid>,
+        #[arg(long, requires = "org")]
+        project: Option<Uuid>,
+    },
     /// Load the demo corpus (two organisations) through the ingest path unless it is already there.
     SeedDemo,
     /// Print a local HS256 token signed with MEMORY_JWT_SECRET.
@@ -370,6 +378,25 @@ async fn main() -> anyhow::Result<()> {
             let pool = db::pool(&DatabaseConfig::from_env()?)?;
             let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
             println!("{}", scheduler::run(task, Some((&pool, &relay))).await?);
+        }
+        Command::Scan { org, project } => {
+            let pool = db::pool(&DatabaseConfig::from_env()?)?;
+            let model_dir = config::required("MEMORY_MODEL_DIR")?;
+            let embedder = std::sync::Arc::new(memory_core::embed::MiniLm::new(model_dir.as_ref())?);
+            let scanner = workers::file_scan::scanner(embedder)?;
+            let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
+            let named = org.is_some();
+            let organizations = match org {
+                Some(org) => vec![org],
+                None => store::outbox::organizations(&pool).await?,
+            };
+            for org in organizations {
+                let report = scanner.scan_project(&pool, org, project).await?;
+                if report.scanned > 0 || named {
+                    println!("{org}: {report:?}");
+                }
+                relay.flush(org).await?;
+            }
         }
         Command::SeedDemo => {
             let pool = admin_pool()?;

@@ -2,7 +2,8 @@
 //! local stack hands each batch to the same handler as the Lambda function: a message it applied is deleted, a
 //! message it failed is left to come back after its visibility timeout (and the queue moves it to its DLQ after
 //! five receives). The outboxes are swept every few seconds. Locally the workers' model is the offline stand-in
-//! (`MEMORY_LLM=offline`, set by `make run`), or Bedrock when configured.
+//! (`MEMORY_LLM=offline`, set by `make run`), or Bedrock when configured. The local bus's watch queue (what `make
+//! events` prints) is kept to its newest [`WATCH_CAP`] events.
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,6 +14,8 @@ use memory_core::{jobs::JobType, lifecycle::sweep, outbox::OutboxRelay, services
 
 /// How long a received message stays hidden before a failed one comes back.
 const VISIBILITY_SECONDS: i32 = 10;
+/// The most events the local watch queue keeps: older ones are dropped (nothing else drains it).
+const WATCH_CAP: i32 = 1_000;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -36,6 +39,8 @@ async fn main() -> anyhow::Result<()> {
         0..=525_600,
     )?);
     let (pool, organizations) = (services.pool.clone(), relay.sweep_organizations());
+    let watch = std::env::var("MEMORY_EVENTS_WATCH_QUEUE_URL").ok().filter(|u| !u.is_empty());
+    let watch_sqs = sqs.clone();
     tasks.spawn(async move {
         for tick in 1u64.. {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -46,6 +51,11 @@ async fn main() -> anyhow::Result<()> {
             }
             if let Err(error) = relay.sweep().await {
                 tracing::warn!(%error, "outbox sweep failed");
+            }
+            if let Some(url) = &watch
+                && let Err(error) = cap_watch_queue(&watch_sqs, url).await
+            {
+                tracing::warn!(%error, "trimming the event watch queue failed");
             }
         }
     });
@@ -135,4 +145,42 @@ async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, 
             tracing::warn!(queue = %url, error = %aws_sdk_sqs::error::DisplayErrorContext(&error), "delete failed");
         }
     }
+}
+
+/// Drops the oldest events of the watch queue beyond [`WATCH_CAP`], ten a call, at most a hundred calls a tick.
+async fn cap_watch_queue(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<()> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await?;
+    let waiting: i32 = attributes
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut excess = waiting - WATCH_CAP;
+    for _ in 0..100 {
+        if excess <= 0 {
+            break;
+        }
+        let received = sqs.receive_message().queue_url(url).max_number_of_messages(10).send().await?;
+        let entries: Vec<DeleteMessageBatchRequestEntry> = received
+            .messages()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let handle = m.receipt_handle()?;
+                DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build().ok()
+            })
+            .collect();
+        if entries.is_empty() {
+            break;
+        }
+        excess -= entries.len() as i32;
+        sqs.delete_message_batch().queue_url(url).set_entries(Some(entries)).send().await?;
+    }
+    Ok(())
 }
