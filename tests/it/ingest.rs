@@ -21,7 +21,7 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
-async fn sdk() -> aws_config::SdkConfig {
+pub(crate) async fn sdk() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))
         .load()
@@ -96,13 +96,13 @@ fn counts(pairs: &[(&str, i64)]) -> Vec<(String, i64)> {
 }
 
 /// A queue of this test's own, and its URL.
-async fn queue(sdk: &aws_config::SdkConfig, name: String) -> String {
+pub(crate) async fn queue(sdk: &aws_config::SdkConfig, name: String) -> String {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     sqs.create_queue().queue_name(name).send().await.unwrap().queue_url.unwrap()
 }
 
 /// Receives what is on the queue as a Lambda SQS event (deleting nothing: the visibility timeout hides it).
-async fn receive(sdk: &aws_config::SdkConfig, url: &str, expected: usize) -> SqsEvent {
+pub(crate) async fn receive(sdk: &aws_config::SdkConfig, url: &str, expected: usize) -> SqsEvent {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let mut event = SqsEvent::default();
     for _ in 0..20 {

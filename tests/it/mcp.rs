@@ -40,6 +40,14 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
     let checkout = repositories.join(org.to_string()).join(project.to_string());
     std::fs::create_dir_all(checkout.join("src")).unwrap();
     std::fs::write(checkout.join("src/lib.rs"), "/// Deploys billing-api.\npub fn deploy() {}\n").unwrap();
+    std::fs::write(checkout.join(".env"), "BILLING_TOKEN=hunter2\n").unwrap();
+    // src/lib.rs became memory (the read tools read nothing else); .env did not.
+    memory(org, "/// Deploys billing-api.\npub fn deploy() {}")
+        .scope(Scope::Project)
+        .project(project)
+        .code("src/lib.rs", "deploy", 1..=2)
+        .insert(&db)
+        .await;
 
     let retriever = integration_tests::shipped_retriever(&db, minilm()).with_repositories(
         Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)),
@@ -82,6 +90,7 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
         ["memory.query", {"question": "a property the schema does not have"}],
         ["get_memory", {"id": Uuid::now_v7()}],
         ["no_such_tool", {}],
+        ["read_file_range", {"project_id": project, "path": ".env", "start_line": 1, "end_line": 1}],
     ]);
     let python = std::env::var("MEMORY_PYTHON").expect("MEMORY_PYTHON (run through make test)");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/mcp/client.py");
@@ -130,6 +139,8 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
         assert!(call["text"].as_str().unwrap().starts_with(code), "{call}");
     }
     assert!(results[11]["protocol_error"].as_str().is_some(), "{}", results[11]);
+    assert!(results[12]["text"].as_str().unwrap().starts_with("not_found"), "never served: {}", results[12]);
+    assert!(!out.to_string().contains("hunter2"), "a secret was served");
     assert!(!out.to_string().contains("secret pipeline"), "another organisation's memory was returned");
     std::fs::remove_dir_all(repositories).unwrap();
 }

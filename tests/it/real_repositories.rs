@@ -124,37 +124,82 @@ async fn a_large_module_is_searchable_chunk_by_chunk_and_every_file_left_out_is_
     assert_eq!(first["file_path"], "src/ledger.rs");
 }
 
+/// Through the queues as deployed: the import's messages on the ingest queue, applied by the ingest worker ten at a
+/// time; its chunks are active once applied, and nothing is queued for the contradiction or dedup workers (a
+/// declaration longer than a prompt quotes, two chunks with the same text), nothing held for a person.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
-async fn imported_chunks_are_active_without_a_contradiction_check_or_a_review(
+async fn a_repository_imported_through_the_ingest_queue_is_active_without_a_check_or_a_review(
     opts: PgPoolOptions,
     conn: PgConnectOptions,
 ) {
+    use super::ingest::{queue, receive, sdk};
+    use aws_edge::relay::{EventBridgeSink, SqsJobSink};
+    use memory_core::{jobs::JobType, outbox::OutboxRelay};
+
     let s = Setup::new(opts, conn).await;
-    // A declaration longer than a prompt quotes (2,000 characters), and two chunks that say nearly the same.
     let long = format!("/// Long.\npub fn long() {{\n{}}}\n", "    let x = 1;\n".repeat(200));
     s.repo.write("src/long.rs", &long);
     s.repo.write("src/a.rs", "/// Adds one.\npub fn add_one(x: u64) -> u64 { x + 1 }\n");
     s.repo.write("src/b.rs", "/// Adds one.\npub fn add_one(x: u64) -> u64 { x + 1 }\n");
+    s.repo.write("src/ledger.rs", &large_module(60));
     s.repo.commit("first");
-    let ingestor = Ingestor::new(s.db.app.clone(), minilm());
-    for batch in &s.plan().batches {
-        ingestor.ingest_delivered(batch, None).await.unwrap();
+    let plan = s.plan();
+
+    let sdk = sdk().await;
+    let name = |job: &str| format!("t-{}-{job}", s.org.simple());
+    let ingest_queue = queue(&sdk, name("ingest")).await;
+    let (check_queue, dedup_queue) = (queue(&sdk, name("contradiction")).await, queue(&sdk, name("dedup")).await);
+    let jobs = SqsJobSink::new(
+        aws_sdk_sqs::Client::new(&sdk),
+        std::collections::HashMap::from([
+            (JobType::MemoryContradictionCheck, check_queue.clone()),
+            (JobType::MemoryDedupReview, dedup_queue.clone()),
+        ]),
+    );
+    let bus = std::env::var("MEMORY_EVENT_BUS").unwrap_or_else(|_| "agent-memory".into());
+    let relay =
+        OutboxRelay::new(s.db.app.clone(), Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus)))
+            .with_jobs(Arc::new(jobs));
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for batch in &plan.batches {
+        sqs.send_message()
+            .queue_url(&ingest_queue)
+            .message_body(serde_json::to_string(batch).unwrap())
+            .send()
+            .await
+            .unwrap();
     }
+    let worker = workers::Worker::new(s.db.app.clone(), Ingestor::new(s.db.app.clone(), minilm()));
+    let mut applied = 0;
+    while applied < plan.batches.len() {
+        let event = receive(&sdk, &ingest_queue, 10).await;
+        assert!(!event.records.is_empty(), "{applied} of {} messages applied", plan.batches.len());
+        applied += event.records.len();
+        let response = aws_edge::sqs::process(&worker, Some(&relay), event).await.unwrap();
+        assert!(response.batch_item_failures.is_empty());
+    }
+
     let statuses: Vec<MemoryStatus> =
         sqlx::query_scalar("SELECT status FROM memory WHERE organization_id = $1 ORDER BY id")
             .bind(s.org)
             .fetch_all(&s.db.admin)
             .await
             .unwrap();
-    assert!(statuses.len() >= 3 && statuses.iter().all(|s| *s == MemoryStatus::Active), "{statuses:?}");
+    assert_eq!(statuses.len(), plan.chunks);
+    assert!(statuses.iter().all(|s| *s == MemoryStatus::Active), "{statuses:?}");
+    for (job, url) in [("contradiction", &check_queue), ("dedup", &dedup_queue)] {
+        assert!(receive(&sdk, url, 1).await.records.is_empty(), "nothing queued for the {job} worker");
+    }
     let mut tx = store::begin_for_org(&s.db.admin, s.org).await.unwrap();
-    let jobs = store::jobs::unsent_counts(&mut *tx, s.org).await.unwrap();
-    assert!(jobs.is_empty(), "no check or review queued for chunks: {jobs:?}");
-    let events = integration_tests::outbox_counts(&s.db, s.org).await;
-    assert_eq!(events, [("memory.created".to_string(), 3), ("memory.promoted".to_string(), 3)], "{events:?}");
+    assert!(store::jobs::unsent_counts(&mut *tx, s.org).await.unwrap().is_empty());
+    assert_eq!(store::outbox::unpublished_count(&mut *tx, s.org).await.unwrap(), 0, "every event published");
     assert!(store::review::pending(&mut *tx, s.org).await.unwrap().is_empty(), "nothing held for a person");
     let pairs: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_dedup_pair").fetch_one(&mut *tx).await.unwrap();
     assert_eq!(pairs, 0, "two chunks are two places, not duplicates");
+    drop(tx);
+    let events = integration_tests::outbox_counts(&s.db, s.org).await;
+    let n = plan.chunks as i64;
+    assert_eq!(events, [("memory.created".to_string(), n), ("memory.promoted".to_string(), n)]);
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
