@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo admin psql events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
+.PHONY: help run stop scan import-repo import-bench admin psql events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -15,6 +15,7 @@ help:
 	@echo "make admin ARGS='jobs status'   memory-admin on the local stack (no sourcing, no second build)"
 	@echo "make psql   psql on the local database, as its owner"
 	@echo "make import-repo PROJECT=<uuid> [ORG=<uuid>] [NAME=auth-service] [REPO=<path>]   a git repository as anchored memories"
+	@echo "make import-bench [IMPORT_BENCH_ARGS='--crates tokio,serde_json,regex']   crates of the cargo registry imported through make run's queues, beside the same chunks as plain memories"
 	@echo "make events print the domain events published on the local bus since the last call"
 	@echo "make smoke  with make run up: an ingest message on the queue becomes a retrievable memory, with its events"
 	@echo "make soak [SOAK_BATCHES=60]   the lifecycle under an adversarial model and injected faults, then its checks"
@@ -41,6 +42,10 @@ scan:
 
 admin:
 	@scripts/run.sh admin $(ARGS)
+
+IMPORT_BENCH_ARGS ?=
+import-bench:
+	@scripts/run.sh import-bench $(IMPORT_BENCH_ARGS)
 
 psql:
 	@scripts/run.sh psql

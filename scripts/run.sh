@@ -108,6 +108,13 @@ admin)
     local_env
     admin "${@:2}"
     ;;
+import-bench)
+    # Against make run's API and workers (started if they are not running), as a user's import runs.
+    running retrieve && running workers || "$0" start >/dev/null
+    load_stack_env
+    local_env
+    "$CARGO_TARGET_DIR/debug/import-bench" "${@:2}"
+    ;;
 psql)
     load_stack_env
     exec "$MEMORY_PG_BIN/psql" "$MEMORY_ADMIN_DATABASE_URL" "${@:2}"

@@ -382,7 +382,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Scan { org, project } => {
             let pool = db::pool(&DatabaseConfig::from_env()?)?;
             let model_dir = config::required("MEMORY_MODEL_DIR")?;
-            let embedder = std::sync::Arc::new(memory_core::embed::MiniLm::new(model_dir.as_ref())?);
+            let embedder = std::sync::Arc::new(memory_core::embed::MiniLm::new(std::path::Path::new(&model_dir))?);
             let scanner = workers::file_scan::scanner(embedder)?;
             let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
             let named = org.is_some();

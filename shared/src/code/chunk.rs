@@ -682,7 +682,7 @@ mod tests {
         // At the limit the container is one chunk, named by its path.
         let nested = "mod a {\n".repeat(MAX_NESTING + 2) + "fn f() {}\n" + &"}\n".repeat(MAX_NESTING + 2);
         let chunks = chunked("n.rs", Language::Rust, &nested);
-        assert_eq!(symbols(&chunks), [vec!["a"; MAX_NESTING + 1].join("::")]);
+        assert_eq!(symbols(&chunks), [["a"; MAX_NESTING + 1].join("::")]);
     }
 
     #[test]
