@@ -27,7 +27,7 @@ help:
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
 	@echo "make eval-all [EVAL_ARGS=...]    the four shapes: SciFact, REALTALK, MADial-Bench, code; one summary (.local/eval-all.md)"
-	@echo "make code-eval [EVAL_ARGS=...]   code retrieval only: documented functions of chrono (Rust) and jinja2 (Python) as queries"
+	@echo "make code-eval [EVAL_ARGS=...]   code retrieval only: documented functions of chrono (Rust) and jinja2 (Python) as queries, and of serde_json imported as make import-repo imports it"
 	@echo "make madial     convert ../shared/data/madial-bench/en to .local/madial-beir (then make eval DATASET=.local/madial-beir)"
 	@echo "make realtalk   convert ../shared/data/realtalk to .local/realtalk-beir (then make eval DATASET=.local/realtalk-beir)"
 
@@ -111,4 +111,4 @@ eval-all:
 	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh
 
 code-eval:
-	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh chrono jinja2
+	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh chrono jinja2 serde_json

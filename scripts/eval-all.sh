@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # make eval-all / make code-eval: retrieval quality on the four shapes of memory, one summary table.
-#   scripts/eval-all.sh [SET...]   sets: scifact realtalk madial chrono jinja2 (default: all)
-# Documents (SciFact), conversation turns (REALTALK), fact-shaped memories (MADial-Bench) and code (chrono, jinja2),
-# each converted into the BEIR layout under .local/ and evaluated by one memory-eval run. EVAL_ARGS is passed on.
+#   scripts/eval-all.sh [SET...]   sets: scifact realtalk madial chrono jinja2 serde_json (default: all)
+# Documents (SciFact), conversation turns (REALTALK), fact-shaped memories (MADial-Bench) and code (chrono, jinja2
+# converted chunk by chunk; serde_json imported whole as `make import-repo` imports a repository: its ingest messages,
+# doc comments, Markdown and tests included), each under .local/ and evaluated by one memory-eval run. EVAL_ARGS is
+# passed on.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 DATA="${MEMORY_EVAL_DATA:-$ROOT/../shared/data}"
 STRATEGIES="${EVAL_STRATEGIES:-vector,keyword,hybrid,pipeline,pipeline-passive}"
 sets=("$@")
-[ ${#sets[@]} -gt 0 ] || sets=(scifact realtalk madial chrono jinja2)
+[ ${#sets[@]} -gt 0 ] || sets=(scifact realtalk madial chrono jinja2 serde_json)
 
 "$ROOT/scripts/stack.sh" up
 load_stack_env
@@ -23,7 +25,21 @@ code_source() {
     case "$1" in
         chrono) ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/chrono-0.4.*/src 2>/dev/null | sort -V | tail -1 ;;
         jinja2) ls -d "$ROOT"/.local/venv/lib/python3*/site-packages/jinja2 2>/dev/null | tail -1 ;;
+        serde_json) ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/serde_json-1.* 2>/dev/null | sort -V | tail -1 ;;
     esac || true
+}
+
+# A crate's sources committed as a git repository, as a user's clone would be (made once).
+as_repository() {
+    local repo="$ROOT/.local/code-repos/$1"
+    if [[ ! -d "$repo/.git" ]]; then
+        mkdir -p "$repo"
+        cp -r "$2/." "$repo/"
+        git -C "$repo" init -q -b main
+        git -C "$repo" add -A
+        git -C "$repo" -c user.name=eval -c user.email=eval@example.com -c commit.gpgsign=false commit -q -m "$1"
+    fi
+    echo "$repo"
 }
 
 datasets=()
@@ -41,7 +57,13 @@ for set in "${sets[@]}"; do
             [ -n "$source_dir" ] || { echo "[eval] no $set sources on this machine" >&2; exit 1; }
             "$bin/code-to-beir" --source "$source_dir" --out ".local/code-beir/$set" >&2
             datasets+=(--dataset ".local/code-beir/$set") ;;
-        *) echo "unknown set $set (scifact realtalk madial chrono jinja2)" >&2; exit 2 ;;
+        serde_json)
+            source_dir="$(code_source "$set")"
+            [ -n "$source_dir" ] || { echo "[eval] no $set sources on this machine" >&2; exit 1; }
+            "$bin/code-to-beir" --source "$(as_repository "$set" "$source_dir")" --as-imported \
+                --out ".local/code-beir/$set-imported" >&2
+            datasets+=(--dataset ".local/code-beir/$set-imported") ;;
+        *) echo "unknown set $set (scifact realtalk madial chrono jinja2 serde_json)" >&2; exit 2 ;;
     esac
 done
 

@@ -5,7 +5,12 @@
 //! `--no-context` leaves the chunks' context (path, language, enclosing declarations, imports) out, to measure
 //! what it adds.
 //!
-//!   code-to-beir --source DIR --out DIR [--no-context] [--min-words 4]
+//! `--as-imported` takes a git repository as `memory-admin import-repo` imports it instead: the documents are the
+//! ingest messages the import sends (`imported.jsonl`: every file's chunks, doc comments included, Markdown and text
+//! too, secrets and ignored files left out), which `memory-eval` ingests as the ingest worker does; the queries are
+//! the same doc paragraphs. What the evaluation sees is what a user who imported the repository gets.
+//!
+//!   code-to-beir --source DIR --out DIR [--no-context] [--min-words 4] [--as-imported]
 
 use std::{
     io::Write,
@@ -13,7 +18,7 @@ use std::{
 };
 
 use clap::Parser;
-use memory_core::code::{Chunk, Language, Snapshot, chunk_file};
+use memory_core::code::{Language, Snapshot, chunk_file};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -29,6 +34,9 @@ struct Args {
     /// Doc comments shorter than this many words make no query.
     #[arg(long, default_value_t = 4)]
     min_words: usize,
+    /// The repository's chunks as import-repo sends them (doc comments kept), written as `imported.jsonl`.
+    #[arg(long)]
+    as_imported: bool,
 }
 
 /// The files of the source: (path relative to it, text).
@@ -59,8 +67,8 @@ fn files(source: &Path) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 /// The chunk's doc comment as a query, and the chunk without it; None for an undocumented chunk.
-fn split_doc(language: Language, chunk: &Chunk) -> Option<(String, String)> {
-    let lines: Vec<&str> = chunk.text.lines().collect();
+fn split_doc(language: Language, text: &str) -> Option<(String, String)> {
+    let lines: Vec<&str> = text.lines().collect();
     let (doc, rest): (Vec<String>, Vec<&str>) = match language {
         Language::Python => {
             // def f(...):\n    """Docstring."""
@@ -108,9 +116,59 @@ fn split_doc(language: Language, chunk: &Chunk) -> Option<(String, String)> {
     (!query.is_empty()).then(|| (query, rest.join("\n")))
 }
 
+/// The import's messages, and each documented function of them as a query of its own chunk.
+fn as_imported(args: &Args) -> anyhow::Result<()> {
+    use memory_core::code::{exclude::Exclusions, import};
+    let snapshot = Snapshot::open(&args.source, "HEAD")?;
+    let name = args.source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let target = import::ImportTarget {
+        organization_id: uuid::Uuid::nil(),
+        project_id: uuid::Uuid::nil(),
+        repository: name,
+        reference: "HEAD".into(),
+        max_file_bytes: memory_core::code::reader::DEFAULT_MAX_FILE_BYTES,
+    };
+    let plan = import::plan(&snapshot, &target, Exclusions::secrets()?)?;
+    let mut imported = std::io::BufWriter::new(std::fs::File::create(args.out.join("imported.jsonl"))?);
+    let mut queries = std::io::BufWriter::new(std::fs::File::create(args.out.join("queries.jsonl"))?);
+    let mut qrels = std::io::BufWriter::new(std::fs::File::create(args.out.join("qrels/test.tsv"))?);
+    writeln!(qrels, "query-id\tcorpus-id\tscore")?;
+    let mut judged = 0;
+    for batch in &plan.batches {
+        writeln!(imported, "{}", serde_json::to_string(batch)?)?;
+        for memory in &batch.memories {
+            let (Some(path), Some(anchor)) = (&memory.file_path, &memory.anchor) else { continue };
+            let Some(language) = Language::of_path(path) else { continue };
+            let kind = memory.labels.get("chunk").map(String::as_str);
+            if !matches!(kind, Some("function" | "method")) || matches!(language, Language::Markdown | Language::Text) {
+                continue;
+            }
+            let Some((query, _)) = split_doc(language, &memory.content) else { continue };
+            if query.split_whitespace().count() < args.min_words {
+                continue;
+            }
+            let id = format!("{path}#{}", anchor.symbol);
+            writeln!(queries, "{}", json!({"_id": id, "text": query}))?;
+            writeln!(qrels, "{id}\t{id}\t1")?;
+            judged += 1;
+        }
+    }
+    eprintln!(
+        "{} chunks of {} files ({} left out), {judged} documented functions as queries -> {}",
+        plan.chunks,
+        plan.files,
+        plan.skipped.len(),
+        args.out.display()
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     std::fs::create_dir_all(args.out.join("qrels"))?;
+    if args.as_imported {
+        return as_imported(&args);
+    }
     let mut corpus = std::io::BufWriter::new(std::fs::File::create(args.out.join("corpus.jsonl"))?);
     let mut queries = std::io::BufWriter::new(std::fs::File::create(args.out.join("queries.jsonl"))?);
     let mut qrels = std::io::BufWriter::new(std::fs::File::create(args.out.join("qrels/test.tsv"))?);
@@ -123,7 +181,8 @@ fn main() -> anyhow::Result<()> {
         }
         for chunk in chunk_file(&path, language, &text)? {
             let id = format!("{path}#{}", chunk.symbol);
-            let documented = matches!(chunk.kind, "function" | "method").then(|| split_doc(language, &chunk)).flatten();
+            let documented =
+                matches!(chunk.kind, "function" | "method").then(|| split_doc(language, &chunk.text)).flatten();
             let body = match &documented {
                 Some((query, rest)) if query.split_whitespace().count() >= args.min_words => {
                     writeln!(queries, "{}", json!({"_id": id, "text": query}))?;

@@ -367,14 +367,21 @@ fn name_of(dataset: &Path) -> String {
 
 async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::Result<Evaluated> {
     let name = name_of(dataset);
-    let docs: Vec<RawDoc> = read_jsonl(&dataset.join("corpus.jsonl"))?;
+    // A repository as import-repo imports it: its ingest messages instead of a corpus.
+    let imported = dataset.join("imported.jsonl");
+    let imported = imported.exists().then_some(imported);
+    let docs: Vec<RawDoc> = match imported {
+        Some(_) => Vec::new(),
+        None => read_jsonl(&dataset.join("corpus.jsonl"))?,
+    };
     let queries: HashMap<String, RawQuery> =
         read_jsonl::<RawQuery>(&dataset.join("queries.jsonl"))?.into_iter().map(|q| (q.id.clone(), q)).collect();
     let qrels = read_qrels(&dataset.join("qrels/test.tsv"))?;
     let has_time = docs.iter().any(|d| d.metadata.created_at.is_some());
     eprintln!(
-        "{name}: {} documents, {} judged queries; recency {}",
+        "{name}: {} documents{}, {} judged queries; recency {}",
         docs.len(),
+        if imported.is_some() { " (an imported repository)" } else { "" },
         qrels.len(),
         if has_time { "on" } else { "off (no timestamps)" }
     );
@@ -395,6 +402,10 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         by_org.entry(organization_of(doc.metadata.group.as_deref())).or_default().push(doc);
     }
     let started = Instant::now();
+    let mut documents = docs.len();
+    if let Some(path) = &imported {
+        documents = ingest_imported(&ingestor, path, &mut doc_of).await?;
+    }
     for (org, org_docs) in by_org {
         for (n, chunk) in org_docs.chunks(MAX_MEMORIES).enumerate() {
             let batch = IngestBatch {
@@ -410,7 +421,7 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
             }
         }
     }
-    eprintln!("ingested {} documents in {:.0?}", docs.len(), started.elapsed());
+    eprintln!("ingested {documents} documents in {:.0?}", started.elapsed());
     sqlx::query("ANALYZE memory").execute(&db.admin).await?;
 
     // The configuration the service runs with (MEMORY_* tunables honoured), so a setting can be evaluated.
@@ -483,7 +494,31 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         }
         strategies.push((strategy.clone(), m));
     }
-    Ok(Evaluated { name, path: dataset.to_path_buf(), documents: docs.len(), queries: qrels.len(), strategies })
+    Ok(Evaluated { name, path: dataset.to_path_buf(), documents, queries: qrels.len(), strategies })
+}
+
+/// Ingests an import's messages (`code-to-beir --as-imported`) as the ingest worker applies them, into the default
+/// group's organisation and project; a chunk's document id is `path#symbol`. Returns how many chunks there were.
+async fn ingest_imported(
+    ingestor: &Ingestor,
+    path: &Path,
+    doc_of: &mut HashMap<Uuid, String>,
+) -> anyhow::Result<usize> {
+    let (org, project) = (organization_of(None), project_of(None));
+    let mut chunks = 0;
+    for mut batch in read_jsonl::<IngestBatch>(path)? {
+        batch.organization_id = org;
+        for memory in &mut batch.memories {
+            memory.project_id = Some(project);
+        }
+        let receipt = ingestor.ingest(&batch, Admission::Candidate).await?;
+        for (id, memory) in receipt.memory_ids.into_iter().zip(&batch.memories) {
+            let symbol = memory.anchor.as_ref().map(|a| a.symbol.as_str()).unwrap_or_default();
+            doc_of.entry(id).or_insert_with(|| format!("{}#{symbol}", memory.file_path.as_deref().unwrap_or_default()));
+        }
+        chunks += batch.memories.len();
+    }
+    Ok(chunks)
 }
 
 /// The top k memory ids (best first) with their scores.
