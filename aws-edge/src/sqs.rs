@@ -12,6 +12,11 @@ use memory_core::{db::PgPool, jobs::Job, outbox::OutboxRelay};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+/// How long a batch's relay goes on claiming an organisation's events and jobs: what the batch wrote goes out, a
+/// backlog (a large import or forget, a slow bus) is left to the next flush and the scheduled sweep, and the batch
+/// is never held by it.
+const FLUSH_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What SQS says of a message besides its body.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Delivery {
@@ -62,7 +67,7 @@ pub async fn process<H: JobHandler>(
     }
     for organization_id in written.into_iter() {
         let Some(relay) = relay else { break };
-        if let Err(error) = relay.flush(organization_id).await {
+        if let Err(error) = relay.flush_within(organization_id, FLUSH_BUDGET).await {
             tracing::warn!(%organization_id, error = %error, "domain events left in the outbox for the scheduled sweep");
         }
     }

@@ -166,22 +166,97 @@ fn hostile_source() -> impl Strategy<Value = (crate::code::Language, String)> {
         .prop_map(|(language, parts)| (language, parts.concat()))
 }
 
-/// Runs `f` on a thread with a 2 MiB stack (a Tokio blocking thread's, where the services chunk).
-fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::Builder::new().stack_size(2 << 20).spawn(f).expect("a thread").join().expect("no overflow, no panic")
+/// The test binary's allocator: the system's, counting what each thread holds and the most it held, so a fuzz case
+/// can bound the memory its work takes (what Rust code allocates; the parser's C allocations are not counted).
+pub(crate) mod counting {
+    use std::{
+        alloc::{GlobalAlloc, Layout, System},
+        cell::Cell,
+    };
+
+    pub struct Counting;
+
+    thread_local! {
+        static HELD: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn add(bytes: isize) {
+        let _ = HELD.try_with(|held| {
+            held.set(held.get() + bytes);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(held.get())));
+        });
+    }
+
+    // SAFETY: every call is the system allocator's, with the caller's arguments; the counting touches only
+    // const-initialised thread locals, which never allocate.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                add(layout.size() as isize);
+            }
+            p
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            let p = unsafe { System.alloc_zeroed(layout) };
+            if !p.is_null() {
+                add(layout.size() as isize);
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) };
+            add(-(layout.size() as isize));
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                add(new_size as isize - layout.size() as isize);
+            }
+            p
+        }
+    }
+
+    /// The most this thread held at once while `f` ran, beyond what it held before.
+    pub fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let before = HELD.with(Cell::get);
+        PEAK.with(|peak| peak.set(before));
+        let out = f();
+        (out, (PEAK.with(Cell::get) - before).max(0) as usize)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;
+
+/// Runs `f` on a thread with a 2 MiB stack (a Tokio blocking thread's, where the services chunk); returns its value
+/// and the most memory it held.
+fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> (T, usize) {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| counting::peak_of(f))
+        .expect("a thread")
+        .join()
+        .expect("no overflow, no panic")
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
 
-    /// On a 2 MiB stack, within twice the parse budget, every chunk bounded, no chunker failure (a panic caught).
+    /// On a 2 MiB stack, within twice the parse budget and 32 times the file's size in memory (beside 32 MiB for
+    /// the bounded contexts), every chunk bounded, no chunker failure (a panic caught).
     #[test]
     fn fuzz_chunk_hostile_files((language, text) in hostile_source()) {
         use crate::code::chunk::{MAX_CHUNK_BYTES, MAX_CHUNKS_PER_FILE, PARSE_BUDGET, ChunkError};
         let started = std::time::Instant::now();
         let size = text.len();
-        let result = on_small_stack(move || crate::code::chunk_file("src/hostile.x", language, &text));
+        let (result, held) = on_small_stack(move || crate::code::chunk_file("src/hostile.x", language, &text));
         prop_assert!(started.elapsed() < PARSE_BUDGET * 2, "{:?} for {size} bytes", started.elapsed());
+        prop_assert!(held <= 32 * size + (32 << 20), "{held} bytes held for a file of {size}");
         prop_assert!(!matches!(result, Err(ChunkError::Failed(_))), "{result:?}");
         let chunks = result.unwrap_or_default();
         prop_assert!(chunks.len() <= MAX_CHUNKS_PER_FILE + 1);

@@ -86,22 +86,38 @@ impl OutboxRelay {
 
     /// Sends the organisation's unsent jobs, then publishes its events; returns how many of both went out.
     pub async fn flush(&self, organization_id: Uuid) -> crate::Result<usize> {
+        self.flush_until(organization_id, None).await
+    }
+
+    /// As [`flush`](Self::flush), claiming no more after `budget` has passed: a worker relays what its messages
+    /// wrote without waiting on a backlog (a large import or forget, a slow bus), which the next flush or the sweep
+    /// sends.
+    pub async fn flush_within(&self, organization_id: Uuid, budget: std::time::Duration) -> crate::Result<usize> {
+        self.flush_until(organization_id, Some(std::time::Instant::now() + budget)).await
+    }
+
+    async fn flush_until(&self, organization_id: Uuid, deadline: Option<std::time::Instant>) -> crate::Result<usize> {
         let sent = match &self.jobs {
-            Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id).await,
+            Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id, deadline).await,
             None => Ok(0),
         };
-        let published = self.flush_events(organization_id).await?;
+        let published = self.flush_events(organization_id, deadline).await?;
         Ok(sent? + published)
     }
 
     /// Sends the organisation's unsent jobs that this relay has queues for, ten at a time; a job whose send fails
     /// is left for the next flush and does not hold back the others. Fails, after sending what it could, when some
     /// were not sent.
-    async fn flush_jobs(&self, jobs: &dyn JobSink, organization_id: Uuid) -> crate::Result<usize> {
+    async fn flush_jobs(
+        &self,
+        jobs: &dyn JobSink,
+        organization_id: Uuid,
+        deadline: Option<std::time::Instant>,
+    ) -> crate::Result<usize> {
         let job_types = jobs.job_types();
         let (mut sent, mut failed) = (0, Vec::new());
         let mut error = None;
-        loop {
+        while deadline.is_none_or(|d| std::time::Instant::now() <= d) {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let batch = store::jobs::claim_unsent(&mut tx, organization_id, &job_types, &failed, BATCH).await?;
             if batch.is_empty() {
@@ -137,9 +153,12 @@ impl OutboxRelay {
     /// another publishing leaves the events to it (it goes on until none is left) and to the next sweep, instead of
     /// holding a worker while it waits. Stops with an error when the bus refuses a batch; what was not accepted
     /// stays in the outbox, ahead of what came after it.
-    async fn flush_events(&self, organization_id: Uuid) -> crate::Result<usize> {
+    async fn flush_events(&self, organization_id: Uuid, deadline: Option<std::time::Instant>) -> crate::Result<usize> {
         let mut published = 0;
         loop {
+            if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+                return Ok(published);
+            }
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             if !store::outbox::lock_publisher(&mut tx, organization_id).await? {
                 tx.commit().await?;

@@ -668,10 +668,12 @@ mod tests {
             } else {
                 open.repeat(depth) + &close.repeat(depth)
             };
-            let started = Instant::now();
-            let chunks = on_small_stack(move || chunk_file(path, language, &text));
+            let (started, size) = (Instant::now(), text.len());
+            let (chunks, held) =
+                on_small_stack(move || crate::fuzz::counting::peak_of(|| chunk_file(path, language, &text)));
             let chunks = chunks.unwrap_or_default();
             assert!(started.elapsed() < PARSE_BUDGET * 2, "{path}: {:?}", started.elapsed());
+            assert!(held <= 32 * size + (32 << 20), "{path}: {held} bytes held for {size}");
             assert!(chunks.len() <= MAX_CHUNKS_PER_FILE + 1, "{path}: {} chunks", chunks.len());
             let separators = language.separator();
             for chunk in &chunks {

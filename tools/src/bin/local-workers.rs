@@ -3,7 +3,7 @@
 //! message it failed is left to come back after its visibility timeout (and the queue moves it to its DLQ after
 //! five receives). The outboxes are swept every few seconds. Locally the workers' model is the offline stand-in
 //! (`MEMORY_LLM=offline`, set by `make run`), or Bedrock when configured. The local bus's watch queue (what `make
-//! events` prints) is kept to its newest [`WATCH_CAP`] events.
+//! events` prints) is emptied once it holds more than [`WATCH_CAP`] events.
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,7 +14,7 @@ use memory_core::{jobs::JobType, lifecycle::sweep, outbox::OutboxRelay, services
 
 /// How long a received message stays hidden before a failed one comes back.
 const VISIBILITY_SECONDS: i32 = 10;
-/// The most events the local watch queue keeps: older ones are dropped (nothing else drains it).
+/// The most events the local watch queue holds before it is emptied (nothing else drains it).
 const WATCH_CAP: i32 = 1_000;
 
 #[tokio::main]
@@ -147,7 +147,8 @@ async fn poll<H: JobHandler>(url: String, handler: H, sqs: aws_sdk_sqs::Client, 
     }
 }
 
-/// Drops the oldest events of the watch queue beyond [`WATCH_CAP`], ten a call, at most a hundred calls a tick.
+/// Empties the watch queue once it holds more than [`WATCH_CAP`] events (moto's queues slow down with every
+/// message they hold, and nothing else drains this one).
 async fn cap_watch_queue(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<()> {
     use aws_sdk_sqs::types::QueueAttributeName;
     let attributes = sqs
@@ -161,26 +162,9 @@ async fn cap_watch_queue(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result
         .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    let mut excess = waiting - WATCH_CAP;
-    for _ in 0..100 {
-        if excess <= 0 {
-            break;
-        }
-        let received = sqs.receive_message().queue_url(url).max_number_of_messages(10).send().await?;
-        let entries: Vec<DeleteMessageBatchRequestEntry> = received
-            .messages()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| {
-                let handle = m.receipt_handle()?;
-                DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build().ok()
-            })
-            .collect();
-        if entries.is_empty() {
-            break;
-        }
-        excess -= entries.len() as i32;
-        sqs.delete_message_batch().queue_url(url).set_entries(Some(entries)).send().await?;
+    if waiting > WATCH_CAP {
+        sqs.purge_queue().queue_url(url).send().await?;
+        tracing::info!(dropped = waiting, "the event watch queue held more than {WATCH_CAP} events: emptied");
     }
     Ok(())
 }
