@@ -245,7 +245,7 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200), ..ProptestConfig::default() })]
 
     /// On a 2 MiB stack, within twice the parse budget and 32 times the file's size in memory (beside 32 MiB for
     /// the bounded contexts), every chunk bounded, no chunker failure (a panic caught).
@@ -263,7 +263,8 @@ proptest! {
         let bytes: usize = chunks.iter().map(|c| c.text.len()).sum();
         prop_assert!(bytes <= size + chunks.len(), "{bytes} bytes of chunks from {size}");
         for chunk in chunks {
-            prop_assert!(chunk.text.len() <= MAX_CHUNK_BYTES && chunk.symbol.len() <= 400 && chunk.context.len() <= 2048);
+            let sizes = (chunk.text.len(), chunk.symbol.len(), chunk.context.len());
+            prop_assert!(sizes.0 <= MAX_CHUNK_BYTES && sizes.1 <= 400 && sizes.2 <= 2048, "text, symbol, context: {sizes:?}");
         }
     }
 

@@ -101,6 +101,22 @@ async fn a_large_module_is_searchable_chunk_by_chunk_and_every_file_left_out_is_
         ]
     );
     assert!(plan.skipped.iter().all(|f| !f.detail.is_empty()), "each with its reason");
+    // As memory-admin records them for `jobs status`: a second import replaces the list.
+    let rows: Vec<(&str, &str, &str)> =
+        plan.skipped.iter().map(|f| (f.path.as_str(), f.reason.as_str(), f.detail.as_str())).collect();
+    for _ in 0..2 {
+        let mut tx = store::begin_for_org(&s.db.app, s.org).await.unwrap();
+        store::skipped::replace(&mut tx, s.org, s.project, "demo", &rows).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let mut tx = store::begin_for_org(&s.db.app, s.org).await.unwrap();
+    let listed = store::skipped::list(&mut *tx, s.org, 100).await.unwrap();
+    let mut listed: Vec<&str> = listed.iter().map(|r| r.path.as_str()).collect();
+    listed.sort();
+    assert_eq!(listed, skipped.iter().map(|(p, _)| *p).collect::<Vec<_>>());
+    let secrets = store::skipped::counts(&mut *tx, s.org).await.unwrap();
+    assert!(secrets.contains(&("secret".to_string(), 3)), "{secrets:?}");
+    tx.commit().await.unwrap();
     let ledger_chunks: Vec<_> = plan
         .batches
         .iter()

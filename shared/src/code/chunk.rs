@@ -94,7 +94,8 @@ fn chunks_of(path: &str, language: Language, text: &str) -> Result<Vec<Chunk>, C
         if chunk.symbol.trim().is_empty() {
             chunk.symbol = format!("lines {}-{}", chunk.start_line, chunk.end_line);
         }
-        chunk.symbol = bounded(&chunk.symbol, MAX_SYMBOL_BYTES).to_string();
+        // Room for the ` #n` that tells a repeated symbol apart.
+        chunk.symbol = bounded(&chunk.symbol, MAX_SYMBOL_BYTES - 16).to_string();
         chunk.context = bounded(&chunk.context, MAX_CONTEXT_BYTES).to_string();
         chunk
     });
