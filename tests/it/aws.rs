@@ -198,6 +198,41 @@ async fn two_relays_publish_an_organisations_events_one_batch_at_a_time_in_order
     assert_eq!(published, written, "published in the order written");
 }
 
+/// A worker's relay stops claiming once its budget is spent: behind a slow bus it publishes part of a backlog, in
+/// order, and returns; the next flush goes on from there, and every event is published once, in the order written.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_relay_within_a_budget_leaves_the_rest_of_a_backlog_in_order(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..60 {
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        transitions::create(&mut tx, &memory(org, &format!("fact {i}")).new, &[]).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let sdk = sdk_config().await;
+    let bus = Arc::new(RecordingBus {
+        bus: EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus()),
+        calls: Default::default(),
+    });
+    let relay = OutboxRelay::new(db.app.clone(), bus.clone());
+    let started = std::time::Instant::now();
+    let first = relay.flush_within(org, Duration::from_millis(100)).await.unwrap();
+    assert!(first > 0 && first < 60, "{first} of 60 within the budget");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(unpublished(&db, org).await, 60 - first as i64);
+    assert_eq!(relay.flush(org).await.unwrap(), 60 - first);
+    let published: Vec<Uuid> = bus.calls.lock().unwrap().iter().flat_map(|(_, _, ids)| ids.clone()).collect();
+    let written: Vec<Uuid> = {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        sqlx::query_scalar("SELECT id FROM domain_event_outbox WHERE organization_id = $1 ORDER BY seq")
+            .bind(org)
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap()
+    };
+    assert_eq!(published, written, "each once, in the order written");
+}
+
 /// A relay sends the jobs whose queues it has and leaves the others to the sweep: jobs it cannot send do not
 /// hold back the ones it can.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

@@ -206,6 +206,8 @@ async fn a_repository_imported_through_the_ingest_queue_is_active_without_a_chec
     for (job, url) in [("contradiction", &check_queue), ("dedup", &dedup_queue)] {
         assert!(receive(&sdk, url, 1).await.records.is_empty(), "nothing queued for the {job} worker");
     }
+    // What the batches' relays left within their budget, the scheduled sweep publishes.
+    relay.sweep().await.unwrap();
     let mut tx = store::begin_for_org(&s.db.admin, s.org).await.unwrap();
     assert!(store::jobs::unsent_counts(&mut *tx, s.org).await.unwrap().is_empty());
     assert_eq!(store::outbox::unpublished_count(&mut *tx, s.org).await.unwrap(), 0, "every event published");
