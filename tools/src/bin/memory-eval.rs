@@ -379,9 +379,8 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
     let qrels = read_qrels(&dataset.join("qrels/test.tsv"))?;
     let has_time = docs.iter().any(|d| d.metadata.created_at.is_some());
     eprintln!(
-        "{name}: {} documents{}, {} judged queries; recency {}",
-        docs.len(),
-        if imported.is_some() { " (an imported repository)" } else { "" },
+        "{name}: {}, {} judged queries; recency {}",
+        if imported.is_some() { "an imported repository".to_string() } else { format!("{} documents", docs.len()) },
         qrels.len(),
         if has_time { "on" } else { "off (no timestamps)" }
     );
