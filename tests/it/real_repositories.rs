@@ -443,3 +443,125 @@ async fn an_exported_organisation_imports_with_its_current_versions(opts: PgPool
             .unwrap();
     assert_eq!(superseded, 3);
 }
+
+/// A commit whose tree is `depth` levels of `fanout` folders, each level one tree reused `fanout` times, over
+/// `files` files: `fanout^depth * files` paths from `depth + 1` trees. Returns the repository's folder.
+fn tree_bomb(fanout: usize, depth: usize, files: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tree-fuzz-{}", Uuid::now_v7()));
+    let repo = super::repository::Repo::new(dir.clone());
+    let git = |args: &[&str], input: &str| -> String {
+        use std::io::Write;
+        let mut child = Command::new("git")
+            .args(args)
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let blob = git(&["hash-object", "-w", "--stdin"], "fn f() {}\n");
+    let mut tree = git(&["mktree"], &(0..files).map(|i| format!("100644 blob {blob}\tf{i}.rs\n")).collect::<String>());
+    for _ in 0..depth {
+        tree = git(&["mktree"], &(0..fanout).map(|i| format!("040000 tree {tree}\td{i}\n")).collect::<String>());
+    }
+    let commit = git(&["commit-tree", &tree, "-m", "bomb"], "");
+    repo.git(&["update-ref", "HEAD", &commit]);
+    dir
+}
+
+/// One entry of a hostile plain checkout.
+#[derive(Debug, Clone)]
+enum Entry {
+    File(String),
+    Fifo,
+    /// A `.git` file naming another repository.
+    GitFile,
+    /// A symlink to a file outside the checkout.
+    OutsideLink,
+    Folder(Vec<Entry>),
+}
+
+fn entry() -> impl proptest::strategy::Strategy<Value = Entry> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        "[a-z\u{e9}\u{2003} .-]{0,40}".prop_map(Entry::File),
+        Just(Entry::Fifo),
+        Just(Entry::GitFile),
+        Just(Entry::OutsideLink)
+    ];
+    leaf.prop_recursive(6, 40, 5, |inner| proptest::collection::vec(inner, 0..5).prop_map(Entry::Folder))
+}
+
+/// Writes `entries` under `dir`, named `e0`, `e1`, ... (a `.git` file is `.git`); returns the paths written.
+fn lay_out(dir: &std::path::Path, entries: &[Entry], outside: &std::path::Path, prefix: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let name = if matches!(entry, Entry::GitFile) { ".git".to_string() } else { format!("e{i}.rs") };
+        let (path, relative) = (dir.join(&name), format!("{prefix}{name}"));
+        match entry {
+            Entry::File(text) => std::fs::write(&path, text).unwrap(),
+            Entry::Fifo => assert!(Command::new("mkfifo").arg(&path).status().unwrap().success()),
+            Entry::GitFile => std::fs::write(&path, format!("gitdir: {}\n", outside.display())).unwrap(),
+            Entry::OutsideLink => std::os::unix::fs::symlink(outside.join("secret.txt"), &path).unwrap(),
+            Entry::Folder(inner) => {
+                let folder = dir.join(format!("e{i}"));
+                std::fs::create_dir_all(&folder).unwrap();
+                paths.extend(lay_out(&folder, inner, outside, &format!("{prefix}e{i}/")));
+                continue;
+            }
+        }
+        paths.push(relative);
+    }
+    paths
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(24).min(200),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Trees that reuse their subtrees, of any fan-out and depth: listed within the entry budget, every path once.
+    #[test]
+    fn fuzz_git_trees_are_listed_within_the_budget(fanout in 1usize..40, depth in 0usize..7, files in 1usize..40) {
+        let dir = tree_bomb(fanout, depth, files);
+        let (listed, truncated) = Snapshot::open(&dir, "HEAD").unwrap().files().unwrap();
+        let paths = (fanout as u128).pow(depth as u32) * files as u128;
+        let entries: u128 = (1..=depth as u32).map(|d| (fanout as u128).pow(d)).sum::<u128>() + paths;
+        std::fs::remove_dir_all(&dir).ok();
+        proptest::prop_assert_eq!(truncated, entries > reader::MAX_TREE_ENTRIES as u128);
+        proptest::prop_assert!(listed.len() <= reader::MAX_TREE_ENTRIES);
+        if !truncated {
+            proptest::prop_assert_eq!(listed.len() as u128, paths);
+        }
+    }
+
+    /// A plain checkout of files, FIFOs, `.git` files and symlinks out, nested: every read answers at once, a
+    /// FIFO and a link out are refused, nothing is read from the repository a `.git` file names.
+    #[test]
+    fn fuzz_plain_checkouts_answer_every_read_at_once(entries in proptest::collection::vec(entry(), 0..8)) {
+        let root = std::env::temp_dir().join(format!("plain-fuzz-{}", Uuid::now_v7()));
+        let (org, project) = (Uuid::now_v7(), Uuid::now_v7());
+        let checkout = root.join(org.to_string()).join(project.to_string());
+        let outside = root.join("outside");
+        std::fs::create_dir_all(&checkout).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.txt"), "hunter2").unwrap();
+        let paths = lay_out(&checkout, &entries, &outside, "");
+        let reader = RepositoryReader::new(&root, "HEAD", reader::DEFAULT_MAX_FILE_BYTES);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for path in paths.iter().map(String::as_str).chain(["secret.txt", "../outside/secret.txt", "e0/../../x"]) {
+            let read =
+                runtime.block_on(async { tokio::time::timeout(Duration::from_secs(5), reader.read(org, project, path)).await });
+            proptest::prop_assert!(read.is_ok(), "reading {path:?} waited");
+            if let Ok(Some(bytes)) = read.unwrap() {
+                proptest::prop_assert!(bytes != b"hunter2", "{path:?} read a file outside the checkout");
+            }
+        }
+        std::fs::remove_dir_all(&root).ok();
+    }
+}
