@@ -245,7 +245,7 @@ fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200).min(2_000), ..ProptestConfig::default() })]
 
     /// On a 2 MiB stack, within twice the parse budget and 32 times the file's size in memory (beside 32 MiB for
     /// the bounded contexts), every chunk bounded, no chunker failure (a panic caught).
