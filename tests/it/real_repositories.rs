@@ -335,34 +335,11 @@ async fn a_plain_checkout_refuses_fifos_and_does_not_follow_a_git_file_elsewhere
     std::fs::remove_dir_all(&root).ok();
 }
 
-/// A commit whose tree holds ten folders, each the same tree of ten folders, six deep: a million paths from a few
-/// objects. Listing it stops at the entry budget.
+/// A commit whose tree holds ten folders, each the same tree of ten folders, six deep, over ten files: ten million
+/// paths from a few objects. Listing it stops at the entry budget.
 #[test]
 fn a_tree_that_reuses_its_subtrees_is_listed_up_to_the_budget() {
-    let dir = std::env::temp_dir().join(format!("tree-bomb-{}", Uuid::now_v7()));
-    let repo = super::repository::Repo::new(dir.clone());
-    let git = |args: &[&str], input: &str| -> String {
-        use std::io::Write;
-        let mut child = Command::new("git")
-            .args(args)
-            .current_dir(&dir)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
-    let blob = git(&["hash-object", "-w", "--stdin"], "fn f() {}\n");
-    let mut tree = git(&["mktree"], &(0..10).map(|i| format!("100644 blob {blob}\tf{i}.rs\n")).collect::<String>());
-    for _ in 0..6 {
-        tree = git(&["mktree"], &(0..10).map(|i| format!("040000 tree {tree}\td{i}\n")).collect::<String>());
-    }
-    let commit = git(&["commit-tree", &tree, "-m", "bomb"], "");
-    repo.git(&["update-ref", "HEAD", &commit]);
-
+    let dir = tree_bomb(10, 6, 10);
     let started = std::time::Instant::now();
     let (files, truncated) = Snapshot::open(&dir, "HEAD").unwrap().files().unwrap();
     assert!(truncated && files.len() <= reader::MAX_TREE_ENTRIES, "{} files", files.len());
