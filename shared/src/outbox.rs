@@ -89,9 +89,9 @@ impl OutboxRelay {
         self.flush_until(organization_id, None).await
     }
 
-    /// As [`flush`](Self::flush), claiming no more after `budget` has passed: a worker relays what its messages
-    /// wrote without waiting on a backlog (a large import or forget, a slow bus), which the next flush or the sweep
-    /// sends.
+    /// As [`flush`](Self::flush), waiting and claiming no more after `budget` has passed: a worker relays what its
+    /// messages wrote without being held by a backlog (a large import or forget, a slow bus) or another relay, and
+    /// leaves the rest to the next flush or the sweep.
     pub async fn flush_within(&self, organization_id: Uuid, budget: std::time::Duration) -> crate::Result<usize> {
         self.flush_until(organization_id, Some(std::time::Instant::now() + budget)).await
     }
@@ -148,20 +148,20 @@ impl OutboxRelay {
         ))
     }
 
-    /// Publishes the organisation's unpublished events in `seq` order, until none is left; returns how many were
-    /// published. One relay at a time publishes an organisation's events, so they leave in order: a relay that finds
-    /// another publishing leaves the events to it (it goes on until none is left) and to the next sweep, instead of
-    /// holding a worker while it waits. Stops with an error when the bus refuses a batch; what was not accepted
-    /// stays in the outbox, ahead of what came after it.
+    /// Publishes the organisation's unpublished events in `seq` order, until none is left or the deadline has
+    /// passed; returns how many were published. One relay at a time publishes a batch of an organisation's events
+    /// (another waits for it, up to the deadline or the role's lock timeout), so they leave in order. Stops with an
+    /// error when the bus refuses a batch; what was not accepted stays in the outbox, ahead of what came after it.
     async fn flush_events(&self, organization_id: Uuid, deadline: Option<std::time::Instant>) -> crate::Result<usize> {
         let mut published = 0;
         loop {
-            if deadline.is_some_and(|d| std::time::Instant::now() > d) {
-                return Ok(published);
-            }
+            let wait = match deadline.map(|d| d.saturating_duration_since(std::time::Instant::now())) {
+                Some(left) if left.is_zero() => return Ok(published),
+                wait => wait,
+            };
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
-            if !store::outbox::lock_publisher(&mut tx, organization_id).await? {
-                tx.commit().await?;
+            if !store::outbox::lock_publisher(&mut tx, organization_id, wait).await? {
+                tx.rollback().await?;
                 return Ok(published);
             }
             let events = store::outbox::claim_unpublished(&mut tx, organization_id, BATCH).await?;

@@ -399,7 +399,9 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     let lib = "/// Reads the configuration.\npub fn parse_config() {}\n";
     std::fs::write(repositories.join(org.to_string()).join(project.to_string()).join("src/lib.rs"), lib).unwrap();
     // The file became memory (the read tools read nothing else).
-    memory(org, lib).scope(Scope::Project).project(project).code("src/lib.rs", "parse_config", 1..=2).insert(&db).await;
+    let mut chunk = memory(org, lib).scope(Scope::Project).project(project).code("src/lib.rs", "parse_config", 1..=2);
+    chunk.new.provenance.source_kind = memory_core::domain::SourceKind::File;
+    chunk.insert(&db).await;
     let api = Api::serving(&db, Some(&repositories));
     let (_, doc) = api.call("GET", "/openapi.json", None, None).await;
     let t = Some(token(org, Some(agent), None));

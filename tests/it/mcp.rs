@@ -42,12 +42,12 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
     std::fs::write(checkout.join("src/lib.rs"), "/// Deploys billing-api.\npub fn deploy() {}\n").unwrap();
     std::fs::write(checkout.join(".env"), "BILLING_TOKEN=hunter2\n").unwrap();
     // src/lib.rs became memory (the read tools read nothing else); .env did not.
-    memory(org, "/// Deploys billing-api.\npub fn deploy() {}")
+    let mut chunk = memory(org, "/// Deploys billing-api.\npub fn deploy() {}")
         .scope(Scope::Project)
         .project(project)
-        .code("src/lib.rs", "deploy", 1..=2)
-        .insert(&db)
-        .await;
+        .code("src/lib.rs", "deploy", 1..=2);
+    chunk.new.provenance.source_kind = memory_core::domain::SourceKind::File;
+    chunk.insert(&db).await;
 
     let retriever = integration_tests::shipped_retriever(&db, minilm()).with_repositories(
         Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)),

@@ -672,7 +672,7 @@ mod tests {
             let (started, size) = (Instant::now(), text.len());
             let (chunks, held) =
                 on_small_stack(move || crate::fuzz::counting::peak_of(|| chunk_file(path, language, &text)));
-            let chunks = chunks.unwrap_or_default();
+            let chunks = chunks.unwrap_or_else(|e| panic!("{path}: {e}"));
             assert!(started.elapsed() < PARSE_BUDGET * 2, "{path}: {:?}", started.elapsed());
             assert!(held <= 32 * size + (32 << 20), "{path}: {held} bytes held for {size}");
             assert!(chunks.len() <= MAX_CHUNKS_PER_FILE + 1, "{path}: {} chunks", chunks.len());

@@ -36,8 +36,8 @@ pub const SECRETS: &[&str] = &[
     ".netrc",
     ".git-credentials",
     ".htpasswd",
-    ".aws/credentials",
-    ".docker/config.json",
+    "**/.aws/credentials",
+    "**/.docker/config.json",
     "credentials.json",
     "secrets.yml",
     "secrets.yaml",
@@ -107,6 +107,10 @@ impl Exclusions {
 
     /// Whether `path` (relative to the repository) is excluded, and why.
     pub fn check(&self, path: &str) -> Option<Excluded> {
+        // `a/./b` is `a/b`.
+        let normal: Vec<&str> = path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
+        let path = normal.join("/");
+        let path = path.as_str();
         if self.secrets.matched_path_or_any_parents(path, false).is_ignore() {
             return Some(Excluded::Secret);
         }
@@ -142,6 +146,8 @@ mod tests {
             "infra/terraform.tfstate.backup",
             "a.secret",
             "private/notes.md",
+            "home/.aws/credentials",
+            ".aws/./credentials",
         ] {
             assert_eq!(exclusions.check(secret), Some(Excluded::Secret), "{secret}");
         }

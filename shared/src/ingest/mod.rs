@@ -304,7 +304,7 @@ impl Ingestor {
             receipt.created += 1;
             // A verified chunk of a file is as true as its file, which the file scan checks: it is promoted here,
             // with no contradiction check, and is no near-duplicate to review (two chunks are two places).
-            if chunk || past {
+            if chunk || (past && admission == Admission::Active) {
                 if admission == Admission::Candidate {
                     transitions::promote(&mut tx, org, memory.id).await?;
                     store::memories::mark_checked(&mut *tx, org, memory.id).await?;
@@ -550,10 +550,12 @@ fn check_memory(organization_id: Uuid, m: &IngestMemory) -> Result<Checked, Stri
     Ok(Checked { new, taxonomy, entities, past })
 }
 
-/// Whether a memory is a verified copy of a chunk of a file: file-backed, anchored by the chunk's own hash, named by
-/// its file's blob SHA, project-scoped.
+/// Whether a memory is a verified copy of a chunk of a file: a semantic, project-scoped memory, file-backed, anchored
+/// by its own text's hash, named by its file's blob SHA. Its first scan compares its text with the chunk the file
+/// has at its anchor, and replaces it with that chunk's when they differ.
 pub(crate) fn is_verified_chunk(memory: &NewMemory) -> bool {
-    memory.provenance.source_kind == crate::domain::SourceKind::File
+    memory.memory_type == crate::domain::MemoryType::Semantic
+        && memory.provenance.source_kind == crate::domain::SourceKind::File
         && memory.provenance.trust_level == crate::domain::TrustLevel::Verified
         && memory.scope == Scope::Project
         && memory.file_path.is_some()

@@ -416,12 +416,15 @@ impl FileScanner {
 }
 
 /// A file's SHA, and its chunks when an anchored memory must look at its chunk (the file is not the one it was
-/// last verified against, or its anchor has no hash yet): an unchanged file is not parsed. Chunking runs off the
+/// last verified against, the memory was never verified, or its anchor has no hash yet): an unchanged file is not
+/// parsed. Chunking runs off the
 /// async threads; a file the chunker cannot read within its budget is an error (recorded on its memories).
 async fn read_file(path: &str, bytes: Vec<u8>, memories: &[Memory]) -> Result<ReadFile, String> {
     let sha = blob_sha(&bytes);
     let needs_chunks = memories.iter().any(|m| {
-        m.anchor.as_ref().is_some_and(|a| a.hash.is_none() || m.content_hash.as_deref() != Some(sha.as_str()))
+        m.anchor.as_ref().is_some_and(|a| {
+            a.hash.is_none() || m.last_verified_at.is_none() || m.content_hash.as_deref() != Some(sha.as_str())
+        })
     });
     let language = Language::of_path(path).filter(|_| needs_chunks);
     let chunks = match (language, String::from_utf8(bytes)) {
@@ -462,7 +465,9 @@ fn examine(memory: &Memory, file: &ReadFile) -> Outcome {
             None => Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false },
         };
     };
-    if known == Some(file.sha.as_str()) && anchor.hash.is_some() {
+    // A file as it was last verified: its chunks are as they were. Before a memory's first verification its text is
+    // compared with the chunk whatever SHA its producer named.
+    if known == Some(file.sha.as_str()) && anchor.hash.is_some() && memory.last_verified_at.is_some() {
         return Outcome::Unchanged { hash: file.sha.clone(), anchor: None, moved: false };
     }
     if file.chunks.is_empty() {

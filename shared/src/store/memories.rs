@@ -168,9 +168,9 @@ pub async fn scan_errors(
     .await
 }
 
-/// Whether the file at `path` of the project became memory the filter's principal may read: it has an active
-/// memory there, and every active memory of it passes the filter (a file one of whose memories the principal may
-/// not read is not read to it whole).
+/// Whether the file at `path` of the project became memory the filter's principal may read: it has a current memory
+/// read from the file itself (`file` source: an imported chunk or whole file), and the principal may read every
+/// such memory of it. Memories from other sources that merely name the file neither open nor hide it.
 pub async fn file_readable(
     conn: &mut PgConnection,
     scope: &ScopeFilter,
@@ -185,7 +185,7 @@ pub async fn file_readable(
         .push_bind(project_id)
         .push(" AND m.file_path = ")
         .push_bind(path)
-        .push(" AND m.status = 'active'");
+        .push(" AND m.source_kind = 'file' AND m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now())");
     qb.build_query_scalar().fetch_one(conn).await
 }
 

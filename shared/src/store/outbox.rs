@@ -34,14 +34,28 @@ pub async fn append(
     Ok(id)
 }
 
-/// Makes this transaction the organisation's only event publisher until it ends, if no other relay is publishing
-/// the organisation's events (false: one is, and it goes on until the outbox is empty). The lock's key is the
-/// organisation's: relays of different organisations never wait for each other.
-pub async fn lock_publisher(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext('domain_event_outbox'), hashtext($1::text))")
+/// Makes this transaction the organisation's only event publisher until it ends, waiting while another relay
+/// publishes a batch of the organisation's events: up to `wait`, or the role's lock timeout. False when `wait` ran
+/// out first (the transaction is then aborted: roll it back). The lock's key is the organisation's: relays of
+/// different organisations never wait for each other.
+pub async fn lock_publisher(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    wait: Option<std::time::Duration>,
+) -> sqlx::Result<bool> {
+    if let Some(wait) = wait {
+        // SET takes no bind parameters; the value is a number formatted here.
+        sqlx::query(&format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))).execute(&mut *conn).await?;
+    }
+    let locked = sqlx::query("SELECT pg_advisory_xact_lock(hashtext('domain_event_outbox'), hashtext($1::text))")
         .bind(organization_id)
-        .fetch_one(conn)
-        .await
+        .execute(conn)
+        .await;
+    match locked {
+        Ok(_) => Ok(true),
+        Err(sqlx::Error::Database(e)) if wait.is_some() && e.code().as_deref() == Some("55P03") => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Locks up to `limit` of the organisation's unpublished events, in the order they were written, for this
