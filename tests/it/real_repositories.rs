@@ -117,6 +117,19 @@ async fn a_large_module_is_searchable_chunk_by_chunk_and_every_file_left_out_is_
     let secrets = store::skipped::counts(&mut *tx, s.org).await.unwrap();
     assert!(secrets.contains(&("secret".to_string(), 3)), "{secrets:?}");
     tx.commit().await.unwrap();
+    // Forgetting another project leaves the list; forgetting this one takes it, secret names included.
+    use memory_core::lifecycle::forget::{ForgetSelector, forget};
+    forget(&s.db.app, s.org, &ForgetSelector::Project(Uuid::now_v7())).await.unwrap();
+    let left = |db: &integration_tests::Db| {
+        let (db, org) = (db.app.clone(), s.org);
+        async move {
+            let mut tx = store::begin_for_org(&db, org).await.unwrap();
+            store::skipped::list(&mut *tx, org, 100).await.unwrap().len()
+        }
+    };
+    assert_eq!(left(&s.db).await, skipped.len());
+    forget(&s.db.app, s.org, &ForgetSelector::Project(s.project)).await.unwrap();
+    assert_eq!(left(&s.db).await, 0);
     let ledger_chunks: Vec<_> = plan
         .batches
         .iter()

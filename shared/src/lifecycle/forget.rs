@@ -36,14 +36,26 @@ pub async fn forget_pass(pool: &PgPool, organization_id: Uuid, selector: &Forget
     Ok(ids.len())
 }
 
-/// Passes until nothing the selector matches is left; returns how many memories were forgotten.
+/// Passes until nothing the selector matches is left; returns how many memories were forgotten. Forgetting a
+/// project or the organisation also deletes the list of files its imports left out.
 pub async fn forget(pool: &PgPool, organization_id: Uuid, selector: &ForgetSelector) -> crate::Result<usize> {
     let mut total = 0;
     loop {
         let forgotten = forget_pass(pool, organization_id, selector).await?;
         if forgotten == 0 {
-            return Ok(total);
+            break;
         }
         total += forgotten;
     }
+    let project = match selector {
+        ForgetSelector::Project(project) => Some(Some(*project)),
+        ForgetSelector::Organization => Some(None),
+        _ => None,
+    };
+    if let Some(project) = project {
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        store::skipped::forget(&mut *tx, organization_id, project).await?;
+        tx.commit().await?;
+    }
+    Ok(total)
 }

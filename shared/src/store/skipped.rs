@@ -67,3 +67,18 @@ pub async fn counts(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sql
     .fetch_all(executor)
     .await
 }
+
+/// Deletes the skipped files of one project of the organisation, or of all of them (forgetting a project or the
+/// organisation: the paths name what the repository held).
+pub async fn forget(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    project_id: Option<Uuid>,
+) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM memory_skipped_file WHERE organization_id = $1 AND ($2::uuid IS NULL OR project_id = $2)")
+        .bind(organization_id)
+        .bind(project_id)
+        .execute(executor)
+        .await
+        .map(|r| r.rows_affected())
+}
