@@ -814,7 +814,12 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     assert_eq!(deliver("unregistered", batch(org, "b1", vec![turn("a fact")])).await, vec!["unregistered"]);
     let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let grant = Producer { sender_id: sender, name: "extraction".into(), max_trust: TrustLevel::Unverified };
+    let grant = Producer {
+        sender_id: sender,
+        name: "extraction".into(),
+        max_trust: TrustLevel::Unverified,
+        forgets_any: false,
+    };
     store::producers::upsert(&mut *tx, org, &grant).await.unwrap();
     tx.commit().await.unwrap();
 
@@ -920,7 +925,7 @@ async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies
     let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
     let grant = async |max_trust| {
         let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-        let producer = Producer { sender_id: sender.clone(), name: "extraction".into(), max_trust };
+        let producer = Producer { sender_id: sender.clone(), name: "extraction".into(), max_trust, forgets_any: false };
         store::producers::upsert(&mut *tx, org, &producer).await.unwrap();
         tx.commit().await.unwrap();
     };
@@ -992,4 +997,116 @@ async fn a_model_that_returns_too_few_vectors_fails_the_batch_and_loses_no_memor
     let receipt =
         Ingestor::new(db.app.clone(), Arc::new(embedder())).ingest(&message, Admission::Candidate).await.unwrap();
     assert_eq!((receipt.created, receipt.replayed), (2, false));
+}
+
+/// A producer's `memory_forget` reaches only what it sent, unless its grant lets it forget any memory; a selection
+/// larger than a delivery's budget continues in follow-up jobs (read from the job outbox as the relay sends them)
+/// until done, each delivery succeeding; a forged follow-up continues nothing.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_producers_forget_reaches_what_it_sent_and_continues_in_follow_up_jobs(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{ingest::Producers, store::producers::Producer};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let sdk = sdk().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = queue(&sdk, format!("t-{}-forget-own", org.simple())).await;
+    let mine: Vec<String> = (0..250).map(|i| format!("run-9 fact number {i}")).collect();
+    let theirs = ["another producer's fact", "an operator's fact"];
+    let embedder = mine
+        .iter()
+        .map(String::as_str)
+        .chain(theirs)
+        .enumerate()
+        .fold(FixedEmbedder::default(), |e, (i, t)| e.with(t, axis(i + 1)));
+    // Each delivery forgets one pass (100 memories) and leaves the rest to a follow-up.
+    let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder))
+        .with_producers(Producers::Registered)
+        .with_forget_budget(std::time::Duration::ZERO);
+    let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
+    let grant = async |sender_id: &str, forgets_any| {
+        let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+        let producer = Producer {
+            sender_id: sender_id.into(),
+            name: "extraction".into(),
+            max_trust: TrustLevel::Verified,
+            forgets_any,
+        };
+        store::producers::upsert(&mut *tx, org, &producer).await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    grant(&sender, false).await;
+    grant("AROAOTHERPRODUCER", false).await;
+    let worker = workers::Worker::new(db.app.clone(), ingestor);
+    let deliver = async |id: &str, body: serde_json::Value| -> Vec<String> {
+        through_queue(&sqs, &url, &worker, id, body.to_string()).await
+    };
+    for (i, chunk) in mine.chunks(100).enumerate() {
+        let written = json!({"organization_id": org, "batch_id": format!("mine-{i}"),
+                             "memories": chunk.iter().map(|t| turn(t)).collect::<Vec<_>>()});
+        assert!(deliver(&format!("batch-{i}"), written).await.is_empty());
+    }
+    let other = batch(org, "theirs", vec![turn(theirs[0])]);
+    worker_ingestor(&db, &other, "AROAOTHERPRODUCER:session-1").await;
+    Ingestor::new(db.app.clone(), Arc::new(FixedEmbedder::default().with(theirs[1], axis(3))))
+        .ingest(&batch(org, "operator", vec![turn(theirs[1])]), Admission::Candidate)
+        .await
+        .unwrap();
+    let left = async || -> Vec<String> {
+        sqlx::query_scalar("SELECT content FROM memory WHERE organization_id = $1 AND status <> 'forgotten' ORDER BY 1")
+            .bind(org)
+            .fetch_all(&db.admin)
+            .await
+            .unwrap()
+    };
+    assert_eq!(left().await.len(), 252);
+
+    let forget_all = json!({"job_type": "memory_forget", "organization_id": org, "selector": "organization"});
+    assert!(deliver("forget", forget_all.clone()).await.is_empty());
+    assert_eq!(left().await.len(), 152, "one pass a delivery");
+    let mut deliveries = 1;
+    loop {
+        let follow_ups: Vec<(Uuid, serde_json::Value)> = sqlx::query_as(
+            "UPDATE memory_job_outbox SET sent_at = now() \
+             WHERE organization_id = $1 AND job_type = 'memory_ingest' AND sent_at IS NULL RETURNING id, body",
+        )
+        .bind(org)
+        .fetch_all(&db.admin)
+        .await
+        .unwrap();
+        if follow_ups.is_empty() {
+            break;
+        }
+        assert_eq!(follow_ups.len(), 1, "one follow-up at a time");
+        assert!(follow_ups[0].1.get("selector").is_none(), "a follow-up names the request: {}", follow_ups[0].1);
+        deliveries += 1;
+        assert!(deliver(&format!("follow-up-{deliveries}"), follow_ups[0].1.clone()).await.is_empty());
+        assert!(deliveries < 10, "the follow-ups end");
+    }
+    assert!(deliveries >= 3, "{deliveries} deliveries");
+    assert_eq!(left().await, [theirs[1], theirs[0]], "another producer's and the operator's memories stay");
+    let requests: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM memory_forget_request").fetch_one(&db.admin).await.unwrap();
+    assert_eq!(requests, 0, "a finished request's record is deleted");
+
+    let forged = json!({"job_type": "memory_forget", "organization_id": org, "continues": Uuid::now_v7()});
+    assert!(deliver("forged", forged).await.is_empty());
+    assert_eq!(left().await.len(), 2, "a follow-up of no request continues nothing");
+    let both = json!({"job_type": "memory_forget", "organization_id": org, "selector": "organization",
+                      "continues": Uuid::now_v7()});
+    assert_eq!(deliver("both", both).await, vec!["both"], "a selector or a follow-up, not both");
+
+    grant(&sender, true).await;
+    assert!(deliver("forget-any", forget_all).await.is_empty());
+    assert!(left().await.is_empty(), "a grant that forgets any memory reaches every producer's");
+}
+
+/// Ingests a batch as the ingest worker does for `sender`.
+async fn worker_ingestor(db: &Db, batch: &IngestBatch, sender: &str) {
+    let embedder = FixedEmbedder::default().with(&batch.memories[0].content, axis(2));
+    let ingestor =
+        Ingestor::new(db.app.clone(), Arc::new(embedder)).with_producers(memory_core::ingest::Producers::Registered);
+    ingestor.ingest_delivered(batch, Some(sender)).await.unwrap();
 }

@@ -6,6 +6,7 @@ mod aws;
 mod bedrock;
 mod embedder;
 mod events;
+mod forgetting;
 mod hardening;
 mod infra;
 mod ingest;

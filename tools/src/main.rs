@@ -202,6 +202,10 @@ enum ProducersCommand {
         max_trust: TrustLevel,
         #[arg(long, default_value = "")]
         name: String,
+        /// Let a verified producer forget any memory of the organisation (`memory_forget`); without it, its forget
+        /// requests reach only the memories of the batches it sent.
+        #[arg(long)]
+        forgets_any: bool,
     },
     /// Withdraw a sender's grant.
     Remove {
@@ -337,8 +341,12 @@ async fn main() -> anyhow::Result<()> {
             };
             let mut tx = store::begin_for_org(&pool, org).await?;
             match command {
-                ProducersCommand::Add { sender, max_trust, name, .. } => {
-                    let producer = store::producers::Producer { sender_id: sender, name, max_trust };
+                ProducersCommand::Add { sender, max_trust, name, forgets_any, .. } => {
+                    anyhow::ensure!(
+                        !forgets_any || max_trust == TrustLevel::Verified,
+                        "--forgets-any needs --max-trust verified"
+                    );
+                    let producer = store::producers::Producer { sender_id: sender, name, max_trust, forgets_any };
                     store::producers::upsert(&mut *tx, org, &producer).await?;
                 }
                 ProducersCommand::Remove { sender, .. } => {
@@ -348,7 +356,8 @@ async fn main() -> anyhow::Result<()> {
                 }
                 ProducersCommand::List { .. } => {
                     for p in store::producers::list(&mut *tx, org).await? {
-                        println!("{} {} (at most {})", p.sender_id, p.name, p.max_trust);
+                        let forgets = if p.forgets_any { ", forgets any memory" } else { "" };
+                        println!("{} {} (at most {}{forgets})", p.sender_id, p.name, p.max_trust);
                     }
                 }
             }

@@ -3,8 +3,8 @@
 //! by the worker's outbox flush. The sender (SQS `SenderId`) must be a registered producer of the batch's
 //! organisation, claiming no more trust than its grant (`MEMORY_PRODUCERS`, `registered` unless set to `any`).
 //! `memory_forget` requests come on the same queue: a sender with a `verified` grant forgets what a selector
-//! matches, in passes of one transaction each; a request with more than a message's passes fails after them and its
-//! redelivery goes on where it stopped.
+//! matches among what it sent (anything, with a grant that says so), for at most the ingestor's forget budget a
+//! delivery; what is left continues in follow-up jobs on this queue.
 
 use memory_core::{
     ingest::{IngestMessage, Ingestor},
@@ -14,9 +14,6 @@ use memory_core::{
 use aws_edge::sqs::{Delivery, JobHandler};
 
 use crate::Worker;
-
-/// Forget passes one delivery runs at most (100 memories each).
-const FORGET_PASSES_PER_MESSAGE: usize = 50;
 
 impl JobHandler for Worker<Ingestor> {
     type Job = IngestMessage;
@@ -35,17 +32,20 @@ impl JobHandler for Worker<Ingestor> {
             }
             IngestMessage::Forget(request) => {
                 let org = request.organization_id;
-                self.service.may_forget(org, delivery.sender_id.as_deref()).await?;
-                let mut forgotten = 0;
-                for _ in 0..FORGET_PASSES_PER_MESSAGE {
-                    let pass = forget::forget_pass(&self.pool, org, &request.selector).await?;
-                    if pass == 0 {
-                        tracing::info!(organization_id = %org, forgotten, "forget request done");
-                        return Ok(());
+                let progress = match (request.selector, request.continues) {
+                    (Some(selector), None) => {
+                        let what = self.service.forgetting(org, delivery.sender_id.as_deref(), selector).await?;
+                        forget::forget_requested(&self.pool, org, &what, self.service.forget_budget()).await?
                     }
-                    forgotten += pass;
-                }
-                anyhow::bail!("{forgotten} memories forgotten, more to go: the redelivery goes on");
+                    // A follow-up continues a request that was authorised when it was recorded.
+                    (None, Some(request_id)) => {
+                        forget::forget_continued(&self.pool, org, request_id, self.service.forget_budget()).await?
+                    }
+                    _ => anyhow::bail!(memory_core::Error::validation(
+                        "a memory_forget request names either a selector or the request it continues"
+                    )),
+                };
+                tracing::info!(organization_id = %org, forgotten = progress.forgotten, done = progress.done, "forget");
             }
         }
         Ok(())

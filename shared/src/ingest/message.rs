@@ -125,13 +125,25 @@ pub struct History {
 }
 
 /// `memory_forget`, also on the ingest queue: forget what `selector` matches in the organisation, and what was
-/// derived from it, as `memory-admin forget` does (the sender needs a `verified` grant).
+/// derived from it, as `memory-admin forget` does. The sender needs a `verified` grant, and reaches only the
+/// memories of batches it sent unless its grant lets it forget any (`memory-admin producers add --forgets-any`).
+/// A request larger than one delivery continues in follow-up jobs, which name its record (`continues`) instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForgetRequest {
     pub job_type: ForgetJobType,
     pub organization_id: Uuid,
-    pub selector: crate::store::forget::ForgetSelector,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<crate::store::forget::ForgetSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Uuid>,
+}
+
+impl ForgetRequest {
+    /// The follow-up job of a recorded request.
+    pub fn continuing(organization_id: Uuid, request_id: Uuid) -> Self {
+        Self { job_type: ForgetJobType::MemoryForget, organization_id, selector: None, continues: Some(request_id) }
+    }
 }
 
 /// The `job_type` of a [`ForgetRequest`].

@@ -37,7 +37,11 @@ use crate::{
     domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
     jobs::{ContradictionCheckJob, DedupReviewJob, JobType},
-    store::{self, transitions},
+    store::{
+        self,
+        forget::{ForgetSelector, Forgetting},
+        transitions,
+    },
 };
 
 /// Memories per batch.
@@ -113,6 +117,7 @@ pub struct Ingestor {
     timeout: Duration,
     producers: Producers,
     taxonomy_cap: i64,
+    forget_budget: Duration,
 }
 
 /// A checked memory, ready to write.
@@ -133,6 +138,7 @@ impl Ingestor {
             timeout: DEFAULT_WORKER_MODEL_TIMEOUT,
             producers: Producers::Any,
             taxonomy_cap: MAX_TAXONOMY_NODES,
+            forget_budget: crate::lifecycle::forget::DELIVERY_BUDGET,
         }
     }
 
@@ -172,22 +178,31 @@ impl Ingestor {
                 )));
             }
         }
-        self.ingest(batch, Admission::Candidate).await
+        self.ingest_from(batch, Admission::Candidate, sender).await
     }
 
-    /// Refuses a forget request from a sender without a `verified` grant for the organisation (forgetting erases
-    /// what every producer wrote); with `MEMORY_PRODUCERS=any` every sender may.
-    pub async fn may_forget(&self, organization_id: Uuid, sender: Option<&str>) -> crate::Result<()> {
+    /// What a forget request from `sender` reaches: a sender needs a `verified` grant for the organisation, and
+    /// reaches only the memories of batches it sent unless its grant lets it forget any; with `MEMORY_PRODUCERS=any`
+    /// every sender reaches everything.
+    pub async fn forgetting(
+        &self,
+        organization_id: Uuid,
+        sender: Option<&str>,
+        selector: ForgetSelector,
+    ) -> crate::Result<Forgetting> {
         if self.producers != Producers::Registered {
-            return Ok(());
+            return Ok(Forgetting::all(selector));
         }
         let (sender, grant) = self.grant_of(organization_id, sender).await?;
-        match grant {
-            Some(crate::domain::TrustLevel::Verified) => Ok(()),
-            _ => Err(crate::Error::Forbidden(format!(
+        if grant != Some(crate::domain::TrustLevel::Verified) {
+            return Err(crate::Error::Forbidden(format!(
                 "sender {sender} needs a verified grant for organisation {organization_id} to forget"
-            ))),
+            )));
         }
+        let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
+        let any = store::producers::forgets_any(&mut *tx, organization_id, sender).await?;
+        tx.commit().await?;
+        Ok(Forgetting { selector, sender: (!any).then(|| store::producers::role(sender).to_owned()) })
     }
 
     /// The sender (SQS `SenderId`) of a message and the highest trust its grant for the organisation allows (None:
@@ -204,6 +219,17 @@ impl Ingestor {
         Ok((sender, grant))
     }
 
+    /// How long one delivery of a forget request forgets before it leaves the rest to a follow-up job (default
+    /// [`crate::lifecycle::forget::DELIVERY_BUDGET`]).
+    pub fn with_forget_budget(mut self, budget: Duration) -> Self {
+        self.forget_budget = budget;
+        self
+    }
+
+    pub fn forget_budget(&self) -> Duration {
+        self.forget_budget
+    }
+
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -211,6 +237,16 @@ impl Ingestor {
 
     /// Ingests one batch in one transaction (see the module documentation).
     pub async fn ingest(&self, batch: &IngestBatch, admission: Admission) -> crate::Result<IngestReceipt> {
+        self.ingest_from(batch, admission, None).await
+    }
+
+    /// Ingests a batch `sender` sent (recorded with it, so that its forget requests reach it).
+    async fn ingest_from(
+        &self,
+        batch: &IngestBatch,
+        admission: Admission,
+        sender: Option<&str>,
+    ) -> crate::Result<IngestReceipt> {
         let org = batch.organization_id;
         let checked = check(batch)?;
         let digest = digest(batch);
@@ -223,7 +259,10 @@ impl Ingestor {
         let vectors = self.embed(&checked).await?;
 
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        if let Some(seen) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest).await? {
+        if let Some(seen) =
+            store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest, sender.map(store::producers::role))
+                .await?
+        {
             return replay_or_refuse(batch, &digest, seen);
         }
         // The batch's entities and taxonomy nodes first, in one sorted pass: without row locks on existing ones,

@@ -290,6 +290,16 @@ pub const REPACK_SHARE: i64 = 16;
 /// `memory_posting_gone` at the next packing), or when its postings written since reach [`REPACK_SHARE`] of the list
 /// (a new lexeme's always do). Retrieval is exact whether or not this runs; what it saves is reading tails row by row.
 pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sqlx::Result<u64> {
+    pack_due(pool, organization_id, max_postings, false).await
+}
+
+/// Packs again every list a posting was deleted from (a forgotten memory's words leave the lists now, and a list
+/// left empty is deleted); returns how many lexemes it packed.
+pub async fn pack_deleted(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<u64> {
+    pack_due(pool, organization_id, i64::MAX, true).await
+}
+
+async fn pack_due(pool: &PgPool, organization_id: Uuid, max_postings: i64, deleted_only: bool) -> sqlx::Result<u64> {
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
     // the postings the first marks packed neither as packed nor as its own to mark.
@@ -313,7 +323,7 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
                         row_number() OVER w AS position, \
                         sum(p.n + coalesce(octet_length(l.postings), 0) / 24) OVER w AS work \
                  FROM pending p LEFT JOIN memory_posting_list l ON l.organization_id = $1 AND l.lexeme = p.lexeme \
-                 WHERE p.gone OR p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24 \
+                 WHERE p.gone OR (NOT $4 AND p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24) \
                  WINDOW w AS (ORDER BY p.n DESC, p.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
              WHERE position = 1 OR work <= $2), \
          claimed AS (\
@@ -328,21 +338,55 @@ pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sq
          current AS (\
              SELECT p.lexeme, p.memory_id, p.tf, p.doc_length FROM memory_posting p JOIN due USING (lexeme) \
              WHERE p.organization_id = $1 AND p.packed \
-             UNION ALL SELECT lexeme, memory_id, tf, doc_length FROM marked) \
-         INSERT INTO memory_posting_list (organization_id, lexeme, postings) \
-         SELECT $1, due.lexeme, coalesce(string_agg(uuid_send(c.memory_id) || int4send(c.tf) || int4send(c.doc_length), \
-                                                    ''::bytea ORDER BY c.memory_id), ''::bytea) \
-         FROM due LEFT JOIN current c USING (lexeme) GROUP BY due.lexeme \
-         ON CONFLICT (organization_id, lexeme) DO UPDATE SET postings = excluded.postings",
+             UNION ALL SELECT lexeme, memory_id, tf, doc_length FROM marked), \
+         emptied AS (\
+             DELETE FROM memory_posting_list l USING due WHERE l.organization_id = $1 AND l.lexeme = due.lexeme \
+               AND NOT EXISTS (SELECT 1 FROM current c WHERE c.lexeme = due.lexeme) RETURNING l.lexeme), \
+         written AS (\
+             INSERT INTO memory_posting_list (organization_id, lexeme, postings) \
+             SELECT $1, c.lexeme, string_agg(uuid_send(c.memory_id) || int4send(c.tf) || int4send(c.doc_length), \
+                                             ''::bytea ORDER BY c.memory_id) \
+             FROM current c GROUP BY c.lexeme \
+             ON CONFLICT (organization_id, lexeme) DO UPDATE SET postings = excluded.postings RETURNING lexeme) \
+         SELECT (SELECT count(*) FROM due)",
     )
     .bind(organization_id)
     .bind(max_postings)
     .bind(REPACK_SHARE)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    .bind(deleted_only)
+    .fetch_one(&mut *tx)
+    .await?;
+    let packed: i64 = sqlx::Row::get(&packed, 0);
+    let packed = packed as u64;
     tx.commit().await?;
     Ok(packed)
+}
+
+/// Deletes the statistics of the words no memory holds any more (rows whose shards sum to zero). Every shard of the
+/// organisation is locked first, so no writer changes one of those rows meanwhile (a writer finding them all held
+/// opens a new shard, whose rows this does not touch). Waits at most `wait` for the writers holding them; false when
+/// it gave up (the next forget purges them).
+pub async fn purge_unused_terms(pool: &PgPool, organization_id: Uuid, wait: std::time::Duration) -> sqlx::Result<bool> {
+    let mut tx = super::begin_for_org(pool, organization_id).await?;
+    sqlx::query(&format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))).execute(&mut *tx).await?;
+    let locked = sqlx::query("SELECT 1 FROM memory_corpus_stats WHERE organization_id = $1 ORDER BY shard FOR UPDATE")
+        .bind(organization_id)
+        .execute(&mut *tx)
+        .await;
+    match locked {
+        Ok(_) => {}
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    sqlx::query(
+        "DELETE FROM memory_term_stats WHERE organization_id = $1 AND lexeme IN (\
+             SELECT lexeme FROM memory_term_stats WHERE organization_id = $1 GROUP BY lexeme HAVING sum(doc_count) = 0)",
+    )
+    .bind(organization_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 #[cfg(test)]

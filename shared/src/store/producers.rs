@@ -11,6 +11,8 @@ pub struct Producer {
     pub sender_id: String,
     pub name: String,
     pub max_trust: TrustLevel,
+    /// A `verified` producer that may forget any memory of the organisation, not only what it sent.
+    pub forgets_any: bool,
 }
 
 /// The highest trust `sender_id` may claim in the organisation; None when it may not write there. A sender of an
@@ -21,28 +23,49 @@ pub async fn grant(
     organization_id: Uuid,
     sender_id: &str,
 ) -> sqlx::Result<Option<TrustLevel>> {
-    let role = sender_id.split(':').next().unwrap_or(sender_id);
     sqlx::query_scalar(
         "SELECT max_trust FROM memory_producer WHERE organization_id = $1 AND sender_id IN ($2, $3) \
          ORDER BY CASE max_trust WHEN 'verified' THEN 0 WHEN 'unverified' THEN 1 ELSE 2 END LIMIT 1",
     )
     .bind(organization_id)
     .bind(sender_id)
-    .bind(role)
+    .bind(role(sender_id))
     .fetch_optional(executor)
+    .await
+}
+
+/// The role of a sender (`<role id>:<session name>` for an assumed role), as batches record who sent them.
+pub fn role(sender_id: &str) -> &str {
+    sender_id.split(':').next().unwrap_or(sender_id)
+}
+
+/// Whether a grant of `sender_id` (its own or its role's) lets it forget any memory of the organisation, not only
+/// those of the batches it sent.
+pub async fn forgets_any(executor: impl PgExecutor<'_>, organization_id: Uuid, sender_id: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT coalesce(bool_or(forgets_any), false) FROM memory_producer \
+         WHERE organization_id = $1 AND sender_id IN ($2, $3) AND max_trust = 'verified'",
+    )
+    .bind(organization_id)
+    .bind(sender_id)
+    .bind(role(sender_id))
+    .fetch_one(executor)
     .await
 }
 
 /// Grants (or changes the grant of) a sender in the organisation.
 pub async fn upsert(executor: impl PgExecutor<'_>, organization_id: Uuid, producer: &Producer) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT INTO memory_producer (organization_id, sender_id, name, max_trust) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (organization_id, sender_id) DO UPDATE SET name = EXCLUDED.name, max_trust = EXCLUDED.max_trust",
+        "INSERT INTO memory_producer (organization_id, sender_id, name, max_trust, forgets_any) \
+         VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (organization_id, sender_id) DO UPDATE \
+             SET name = EXCLUDED.name, max_trust = EXCLUDED.max_trust, forgets_any = EXCLUDED.forgets_any",
     )
     .bind(organization_id)
     .bind(&producer.sender_id)
     .bind(&producer.name)
     .bind(producer.max_trust)
+    .bind(producer.forgets_any)
     .execute(executor)
     .await
     .map(|_| ())
@@ -61,7 +84,7 @@ pub async fn remove(executor: impl PgExecutor<'_>, organization_id: Uuid, sender
 /// The organisation's producers, by sender.
 pub async fn list(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Producer>> {
     sqlx::query_as(
-        "SELECT sender_id, name, max_trust FROM memory_producer WHERE organization_id = $1 ORDER BY sender_id",
+        "SELECT sender_id, name, max_trust, forgets_any FROM memory_producer WHERE organization_id = $1 ORDER BY sender_id",
     )
     .bind(organization_id)
     .fetch_all(executor)

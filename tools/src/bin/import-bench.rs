@@ -170,6 +170,7 @@ async fn grant(pool: &PgPool, org: Uuid) -> anyhow::Result<()> {
         sender_id: config::required("MEMORY_LOCAL_SENDER_ID")?,
         name: "import-bench".into(),
         max_trust: TrustLevel::Verified,
+        forgets_any: false,
     };
     let mut tx = store::begin_for_org(pool, org).await?;
     store::producers::upsert(&mut *tx, org, &producer).await?;

@@ -1,0 +1,35 @@
+-- Forgetting leaves no word behind, and producers forget what they wrote.
+--
+-- The keyword index's rows of words no memory holds any more are deleted (lists and statistics), so memory_app
+-- may delete them.
+GRANT DELETE ON memory_term_stats, memory_posting_list TO memory_app;
+
+-- A taxonomy node an operator imported (memory-admin taxonomy import) is curated and stays when no memory uses it;
+-- a node ingestion created is deleted when the last memory tagged under it is forgotten. Nodes recorded before this
+-- migration count as created by ingestion.
+ALTER TABLE memory_taxonomy_node ADD COLUMN curated boolean NOT NULL DEFAULT false;
+
+-- Every profile an entity ever had (current, superseded, archived) is found by its entity when a source is
+-- forgotten.
+CREATE INDEX memory_profile_of_entity ON memory (organization_id, source_ref) WHERE source_kind = 'synthesis';
+
+-- Who sent a batch (the role of its SQS sender; NULL: an operator's import, or a batch recorded before this
+-- migration), so that a producer's forget request reaches what it wrote only, unless its grant says otherwise.
+ALTER TABLE memory_ingest_batch ADD COLUMN sender text;
+ALTER TABLE memory_producer ADD COLUMN forgets_any boolean NOT NULL DEFAULT false;
+
+-- A forget request larger than one delivery: what is left of it, continued by follow-up jobs until done.
+CREATE TABLE memory_forget_request (
+    organization_id uuid NOT NULL,
+    id              uuid NOT NULL,
+    selector        jsonb NOT NULL,
+    -- Only memories of batches this sender sent (NULL: any memory of the organisation).
+    sender          text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (organization_id, id)
+);
+ALTER TABLE memory_forget_request ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_forget_request FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_forget_request USING (organization_id = app_current_org())
+    WITH CHECK (organization_id = app_current_org());
+GRANT SELECT, INSERT, DELETE ON memory_forget_request TO memory_app;
