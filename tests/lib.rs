@@ -162,7 +162,7 @@ pub fn sample_event_app(retriever: Retriever) -> axum::Router {
             api_id: Some("abc123".into()),
             stage: Some("$default".into()),
             issuer: None,
-            audience: None,
+            audiences: Vec::new(),
             keys: None,
         }),
     })

@@ -354,7 +354,7 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
             api_id: Some("abc123".into()),
             stage: Some("$default".into()),
             issuer: Some("https://auth.example.com/".into()),
-            audience: Some("agent-memory".into()),
+            audiences: vec!["agent-memory".into()],
             keys: None,
         }),
     });
@@ -528,72 +528,187 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     std::fs::remove_dir_all(repositories).unwrap();
 }
 
+/// RFC 8032's first Ed25519 test key as PKCS#8 (`flip` changes its last seed byte: another key), and the public key
+/// of the unflipped one.
+fn ed25519_key(flip: bool) -> (Vec<u8>, Vec<u8>) {
+    let hex =
+        |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
+    let mut pkcs8 = hex("302e020100300506032b657004220420");
+    pkcs8.extend(hex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"));
+    if flip {
+        *pkcs8.last_mut().unwrap() ^= 1;
+    }
+    (pkcs8, hex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
+}
+
+/// The JWK of an Ed25519 public key.
+fn ed25519_jwk(kid: &str, public: &[u8]) -> Value {
+    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
+    json!({"kty": "OKP", "crv": "Ed25519", "kid": kid, "alg": "EdDSA", "x": URL_SAFE_NO_PAD.encode(public)})
+}
+
+/// The public key of a PKCS#8 Ed25519 key.
+fn public_of(pkcs8: &[u8]) -> Vec<u8> {
+    let seed: [u8; 32] = pkcs8[pkcs8.len() - 32..].try_into().unwrap();
+    ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key().to_bytes().to_vec()
+}
+
+const ISSUER: &str = "https://auth.example.com/";
+
+/// The retrieve app behind API Gateway, verifying tokens with `keys`, and a request of `token` whose event claims
+/// `claimed_org` (what a direct invocation could forge).
+fn keyed_app(db: &Db, keys: retrieve::JwksVerifier) -> axum::Router {
+    retrieve::app(AppState {
+        retriever: Arc::new(retriever(db, Arc::new(FixedEmbedder::default().with(QUERY, axis(0))), None)),
+        auth: Arc::new(Authenticator::ApiGateway {
+            api_id: Some("abc123".into()),
+            stage: Some("$default".into()),
+            issuer: Some(ISSUER.into()),
+            audiences: vec!["agent-memory".into(), "second-api".into()],
+            keys: Some(Box::new(keys)),
+        }),
+    })
+}
+
+fn gateway_request(token: &str, claimed_org: Uuid) -> lambda_http::Request {
+    let event =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve-agent-query.json"))
+            .unwrap();
+    let mut e: Value = serde_json::from_str(&event).unwrap();
+    e["headers"]["authorization"] = format!("Bearer {token}").into();
+    let c = &mut e["requestContext"]["authorizer"]["jwt"]["claims"];
+    c["org_id"] = claimed_org.to_string().into();
+    c["iss"] = ISSUER.into();
+    c["aud"] = "agent-memory".into();
+    e["body"] = json!({"mode": "agent_query", "query": QUERY}).to_string().into();
+    lambda_http::request::from_str(&e.to_string()).unwrap()
+}
+
+fn signed(kid: &str, claims: &Value, pkcs8: &[u8]) -> String {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, claims, &EncodingKey::from_ed_der(pkcs8)).unwrap()
+}
+
+fn claims_for(org: Uuid) -> Value {
+    json!({"org_id": org, "iss": ISSUER, "aud": ["agent-memory"], "exp": chrono::Utc::now().timestamp() + 600})
+}
+
 /// With the issuer's public keys configured, the function verifies the token itself: an event whose authorizer
-/// claims were forged (a direct invoke with a copied API id) is refused, and so is a token signed by another key.
+/// claims were forged (a direct invoke with a copied API id) is refused, and so is a token signed by another key,
+/// with a shared-secret algorithm keyed by the public key, expired, not yet valid, or for another audience; any
+/// configured audience and any key of the set is accepted.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn with_the_issuers_keys_the_token_is_verified_and_forged_claims_are_refused(
     opts: PgPoolOptions,
     conn: PgConnectOptions,
 ) {
-    use base64::{Engine, engine::general_purpose::URL_SAFE_NO_PAD};
     use jsonwebtoken::{Algorithm, EncodingKey, Header};
     let db = Db::new(opts, conn).await;
     let org: Uuid = "0a000000-0000-4000-8000-000000000001".parse().unwrap();
     memory(org, "Deploy billing-api with the release pipeline").embedding(axis(0)).insert(&db).await;
-    // RFC 8032's first Ed25519 test key: its seed (as PKCS#8) signs, its public key is published.
-    let seed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
-    let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
-    let hex =
-        |h: &str| (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect::<Vec<u8>>();
-    let mut pkcs8 = hex("302e020100300506032b657004220420");
-    pkcs8.extend(hex(seed));
-    let jwks = json!({"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "k1", "alg": "EdDSA", "x": URL_SAFE_NO_PAD.encode(hex(public))}]});
-    let issuer = "https://auth.example.com/";
-    let keys = retrieve::JwksVerifier::new(&jwks.to_string(), issuer, "agent-memory").unwrap();
-    let app = retrieve::app(AppState {
-        retriever: Arc::new(retriever(&db, Arc::new(FixedEmbedder::default().with(QUERY, axis(0))), None)),
-        auth: Arc::new(Authenticator::ApiGateway {
-            api_id: Some("abc123".into()),
-            stage: Some("$default".into()),
-            issuer: Some(issuer.into()),
-            audience: Some("agent-memory".into()),
-            keys: Some(Box::new(keys)),
-        }),
-    });
-    let sign = |claims: Value, key: &EncodingKey| {
-        let mut header = Header::new(Algorithm::EdDSA);
-        header.kid = Some("k1".into());
-        jsonwebtoken::encode(&header, &claims, key).unwrap()
-    };
-    let claims = |org: Uuid| json!({"org_id": org, "iss": issuer, "aud": ["agent-memory"], "exp": chrono::Utc::now().timestamp() + 600});
-    let event =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../events/apigw-v2-retrieve-agent-query.json"))
-            .unwrap();
-    let with = |token: &str, claimed_org: Uuid| {
-        let mut e: Value = serde_json::from_str(&event).unwrap();
-        e["headers"]["authorization"] = format!("Bearer {token}").into();
-        let c = &mut e["requestContext"]["authorizer"]["jwt"]["claims"];
-        c["org_id"] = claimed_org.to_string().into();
-        c["iss"] = issuer.into();
-        c["aud"] = "agent-memory".into();
-        e["body"] = json!({"mode": "agent_query", "query": QUERY}).to_string().into();
-        lambda_http::request::from_str(&e.to_string()).unwrap()
-    };
-    let key = EncodingKey::from_ed_der(&pkcs8);
-    let genuine = sign(claims(org), &key);
-    let response = app.clone().oneshot(with(&genuine, org)).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let (first, public) = ed25519_key(false);
+    let (second, _) = ed25519_key(true);
+    let jwks = json!({"keys": [ed25519_jwk("k1", &public), ed25519_jwk("k2", &public_of(&second))]});
+    let keys =
+        retrieve::JwksVerifier::new(&jwks.to_string(), ISSUER, &["agent-memory".into(), "second-api".into()]).unwrap();
+    let app = keyed_app(&db, keys);
+    let status =
+        async |token: &str, claimed: Uuid| app.clone().oneshot(gateway_request(token, claimed)).await.unwrap().status();
+    let genuine = signed("k1", &claims_for(org), &first);
+    assert_eq!(status(&genuine, org).await, StatusCode::OK);
+    assert_eq!(status(&signed("k2", &claims_for(org), &second), org).await, StatusCode::OK, "any key of the set");
+    let mut second_audience = claims_for(org);
+    second_audience["aud"] = json!("second-api");
+    assert_eq!(status(&signed("k1", &second_audience, &first), org).await, StatusCode::OK, "any audience configured");
 
     // The event claims another organisation, the token says ours: the token wins.
     let victim = Uuid::now_v7();
     memory(victim, "the victim's secret").embedding(axis(0)).insert(&db).await;
-    let response = app.clone().oneshot(with(&genuine, victim)).await.unwrap();
+    let response = app.clone().oneshot(gateway_request(&genuine, victim)).await.unwrap();
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert!(!body.to_string().contains("the victim's secret"), "{body}");
     // Forged claims with no token, or with a token of another key, are refused.
-    let mut other_seed = pkcs8.clone();
-    *other_seed.last_mut().unwrap() ^= 1;
-    let forged = sign(claims(victim), &EncodingKey::from_ed_der(&other_seed));
-    assert_eq!(app.clone().oneshot(with(&forged, victim)).await.unwrap().status(), StatusCode::UNAUTHORIZED);
-    assert_eq!(app.clone().oneshot(with("not-a-token", victim)).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let (mut other, _) = ed25519_key(false);
+    let n = other.len();
+    other[n - 2] ^= 1;
+    assert_eq!(status(&signed("k1", &claims_for(victim), &other), victim).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(status("not-a-token", victim).await, StatusCode::UNAUTHORIZED);
+    // Algorithm confusion: HS256 keyed by the published public key (as its JWK and as raw bytes).
+    for secret in [ed25519_jwk("k1", &public).to_string().into_bytes(), public.clone()] {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("k1".into());
+        let confused =
+            jsonwebtoken::encode(&header, &claims_for(org), &EncodingKey::from_secret(&secret).unwrap()).unwrap();
+        assert_eq!(status(&confused, org).await, StatusCode::UNAUTHORIZED, "HS256 with the public key");
+    }
+    let now = chrono::Utc::now().timestamp();
+    let mut expired = claims_for(org);
+    expired["exp"] = json!(now - 600);
+    let mut early = claims_for(org);
+    early["nbf"] = json!(now + 600);
+    let mut elsewhere = claims_for(org);
+    elsewhere["aud"] = json!("another-service");
+    let mut no_expiry = claims_for(org);
+    no_expiry.as_object_mut().unwrap().remove("exp");
+    for (what, claims) in
+        [("expired", expired), ("not yet valid", early), ("another audience", elsewhere), ("no exp", no_expiry)]
+    {
+        assert_eq!(status(&signed("k1", &claims, &first), org).await, StatusCode::UNAUTHORIZED, "{what}");
+    }
+}
+
+/// The keys fetched from the issuer's JWKS URL (a local server): a rotation (the issuer publishes a new key and
+/// drops the old one) is picked up on the first token of the new key, tokens of the dropped key are refused after
+/// it, and tokens naming unknown keys fetch the set at most once per refresh floor.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn keys_fetched_from_the_issuers_url_follow_its_rotation(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use std::sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    };
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    memory(org, "Deploy billing-api with the release pipeline").embedding(axis(0)).insert(&db).await;
+    let (first, public) = ed25519_key(false);
+    let (second, _) = ed25519_key(true);
+    let published = Arc::new(Mutex::new(json!({"keys": [ed25519_jwk("k1", &public)]})));
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let server = axum::Router::new().route(
+        "/.well-known/jwks.json",
+        axum::routing::get({
+            let (published, fetches) = (published.clone(), fetches.clone());
+            move || async move {
+                fetches.fetch_add(1, Ordering::SeqCst);
+                axum::Json(published.lock().unwrap().clone())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/.well-known/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, server).await.unwrap() });
+    let floor = std::time::Duration::from_millis(300);
+    let keys =
+        retrieve::JwksVerifier::from_url(&url, ISSUER, &["agent-memory".into()]).unwrap().with_refresh_floor(floor);
+    let app = keyed_app(&db, keys);
+    let status = async |token: &str| app.clone().oneshot(gateway_request(token, org)).await.unwrap().status();
+
+    assert_eq!(status(&signed("k1", &claims_for(org), &first)).await, StatusCode::OK);
+    assert_eq!(status(&signed("k1", &claims_for(org), &first)).await, StatusCode::OK);
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "fetched once, then cached");
+
+    // Unknown keys within the floor: one fetch at most.
+    tokio::time::sleep(floor).await;
+    for _ in 0..5 {
+        assert_eq!(status(&signed("k9", &claims_for(org), &second)).await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "an unknown key fetches again, once per floor");
+
+    // The issuer rotates: k2 published, k1 dropped.
+    *published.lock().unwrap() = json!({"keys": [ed25519_jwk("k2", &public_of(&second))]});
+    tokio::time::sleep(floor).await;
+    assert_eq!(status(&signed("k2", &claims_for(org), &second)).await, StatusCode::OK, "the new key, fetched");
+    tokio::time::sleep(floor).await;
+    assert_eq!(status(&signed("k1", &claims_for(org), &first)).await, StatusCode::UNAUTHORIZED, "the dropped key");
 }

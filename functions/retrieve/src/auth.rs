@@ -3,7 +3,11 @@
 //! token's signature itself and does not take the event's word. Locally the server verifies `Authorization: Bearer
 //! <JWT>` (HS256). Every path produces the same [`Claims`] and goes through [`Principal::from_claims`].
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use axum::http::request::Parts;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, jwk::JwkSet};
@@ -104,16 +108,16 @@ pub const LOCAL_AUDIENCE: &str = "agent-memory";
 
 /// How requests are authenticated (`MEMORY_AUTH`: `api-gateway` or `local-jwt`, never inferred).
 pub enum Authenticator {
-    /// Trust the claims of API Gateway's JWT authorizer (the token was verified before the function ran), for
-    /// events of the configured HTTP API and stage only (`MEMORY_API_ID`, `MEMORY_API_STAGE`; unset: any).
-    /// The claims' `iss` and `aud` are checked too when configured (`MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
-    /// With `keys`, the bearer token's signature is verified against the issuer's public keys as well, and its
-    /// claims are the ones used.
+    /// Behind API Gateway's JWT authorizer, for events of the configured HTTP API and stage only (`MEMORY_API_ID`,
+    /// `MEMORY_API_STAGE`; unset: any). With `keys` (the issuer's public keys), the bearer token's signature is
+    /// verified here as well and its claims are the ones used, so an event that did not come through the
+    /// authorizer (a direct invocation) proves nothing. Without, the authorizer's claims are taken as they are,
+    /// their `iss` and `aud` checked when configured (`MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
     ApiGateway {
         api_id: Option<String>,
         stage: Option<String>,
         issuer: Option<String>,
-        audience: Option<String>,
+        audiences: Vec<String>,
         keys: Option<Box<JwksVerifier>>,
     },
     /// Verify HS256 bearer tokens with a shared secret (local runs and tests): `exp`, `iss` and `aud` required.
@@ -138,6 +142,7 @@ impl LocalVerifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.set_issuer(&[issuer]);
         validation.set_audience(&[audience]);
+        validation.validate_nbf = true;
         Ok(Self { key: DecodingKey::from_secret(bytes)?, validation })
     }
 
@@ -150,22 +155,100 @@ impl LocalVerifier {
 }
 
 /// The check of tokens signed by an issuer, with its published public keys (a JWKS): asymmetric algorithms only;
-/// `exp`, `iss` and `aud` required.
+/// `exp`, `iss` and `aud` required, `nbf` checked when present. The keys are given once, or fetched from the
+/// issuer's JWKS URL, cached, and fetched again when they are [`KEYS_MAX_AGE`] old or a token names a key the set
+/// lacks (an issuer's rotation), at most once per refresh floor.
 pub struct JwksVerifier {
-    keys: JwkSet,
+    keys: KeySource,
     issuer: String,
-    audience: String,
+    audiences: Vec<String>,
+}
+
+/// How long fetched keys are used before they are fetched again.
+pub const KEYS_MAX_AGE: Duration = Duration::from_secs(3600);
+/// The least time between two fetches of the keys (unknown key ids cannot make the function hammer the issuer).
+pub const KEYS_REFRESH_FLOOR: Duration = Duration::from_secs(30);
+
+enum KeySource {
+    Given(Arc<JwkSet>),
+    Fetched(FetchedKeys),
+}
+
+struct FetchedKeys {
+    url: String,
+    client: reqwest::Client,
+    floor: Duration,
+    cache: tokio::sync::Mutex<Cached>,
+}
+
+#[derive(Default)]
+struct Cached {
+    keys: Option<(Arc<JwkSet>, Instant)>,
+    attempted: Option<Instant>,
+}
+
+impl FetchedKeys {
+    /// The key set, fetched first when there is none, when it is old, or (`refresh`) when a token names a key it
+    /// lacks; a failed fetch keeps the set it had.
+    async fn keys(&self, refresh: bool) -> Result<Arc<JwkSet>, String> {
+        let mut cache = self.cache.lock().await;
+        let may_fetch = cache.attempted.is_none_or(|at| at.elapsed() >= self.floor);
+        let due = match &cache.keys {
+            None => true,
+            Some((_, fetched)) => refresh || fetched.elapsed() >= KEYS_MAX_AGE,
+        };
+        if due && may_fetch {
+            cache.attempted = Some(Instant::now());
+            match self.fetch().await {
+                Ok(keys) => cache.keys = Some((Arc::new(keys), Instant::now())),
+                Err(error) => tracing::warn!(url = %self.url, %error, "the issuer's keys could not be fetched"),
+            }
+        }
+        cache.keys.as_ref().map(|(keys, _)| keys.clone()).ok_or_else(|| "no keys fetched from the issuer".into())
+    }
+
+    async fn fetch(&self) -> Result<JwkSet, String> {
+        let response = self.client.get(&self.url).send().await.map_err(|e| e.to_string())?;
+        let response = response.error_for_status().map_err(|e| e.to_string())?;
+        let keys: JwkSet = response.json().await.map_err(|e| e.to_string())?;
+        if keys.keys.is_empty() { Err("the key set holds no key".into()) } else { Ok(keys) }
+    }
 }
 
 impl JwksVerifier {
-    /// Refuses a key set that holds no key.
-    pub fn new(jwks: &str, issuer: &str, audience: &str) -> anyhow::Result<Self> {
+    /// With the keys given (a JWKS document); refuses a set that holds no key.
+    pub fn new(jwks: &str, issuer: &str, audiences: &[String]) -> anyhow::Result<Self> {
         let keys: JwkSet = serde_json::from_str(jwks).map_err(|e| anyhow::anyhow!("MEMORY_JWT_JWKS: {e}"))?;
         anyhow::ensure!(!keys.keys.is_empty(), "MEMORY_JWT_JWKS holds no key");
-        Ok(Self { keys, issuer: issuer.into(), audience: audience.into() })
+        Self::with(KeySource::Given(Arc::new(keys)), issuer, audiences)
     }
 
-    fn verify(&self, token: &str) -> Result<Claims, ApiError> {
+    /// With the keys fetched from the issuer's JWKS URL (on the first token, then as described above).
+    pub fn from_url(url: &str, issuer: &str, audiences: &[String]) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        let fetched = FetchedKeys {
+            url: url.into(),
+            client,
+            floor: KEYS_REFRESH_FLOOR,
+            cache: tokio::sync::Mutex::new(Cached::default()),
+        };
+        Self::with(KeySource::Fetched(fetched), issuer, audiences)
+    }
+
+    /// Changes the least time between two fetches (default [`KEYS_REFRESH_FLOOR`]).
+    pub fn with_refresh_floor(mut self, floor: Duration) -> Self {
+        if let KeySource::Fetched(fetched) = &mut self.keys {
+            fetched.floor = floor;
+        }
+        self
+    }
+
+    fn with(keys: KeySource, issuer: &str, audiences: &[String]) -> anyhow::Result<Self> {
+        anyhow::ensure!(!audiences.is_empty(), "the issuer's tokens need at least one accepted audience");
+        Ok(Self { keys, issuer: issuer.into(), audiences: audiences.to_vec() })
+    }
+
+    async fn verify(&self, token: &str) -> Result<Claims, ApiError> {
         let refused = |reason: String| {
             tracing::debug!(%reason, "token refused");
             ApiError::unauthorized("invalid or expired token")
@@ -174,17 +257,25 @@ impl JwksVerifier {
         if matches!(header.alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512) {
             return Err(refused("a shared-secret algorithm".into()));
         }
-        let jwk = match &header.kid {
-            Some(kid) => self.keys.find(kid),
-            None if self.keys.keys.len() == 1 => self.keys.keys.first(),
+        let find = |keys: &JwkSet| match &header.kid {
+            Some(kid) => keys.find(kid).cloned(),
+            None if keys.keys.len() == 1 => keys.keys.first().cloned(),
             None => None,
+        };
+        let jwk = match &self.keys {
+            KeySource::Given(keys) => find(keys),
+            KeySource::Fetched(fetched) => match find(&*fetched.keys(false).await.map_err(refused)?) {
+                Some(jwk) => Some(jwk),
+                None => find(&*fetched.keys(true).await.map_err(refused)?),
+            },
         }
         .ok_or_else(|| refused("no key of the set signed it".into()))?;
-        let key = DecodingKey::from_jwk(jwk).map_err(|e| refused(e.to_string()))?;
+        let key = DecodingKey::from_jwk(&jwk).map_err(|e| refused(e.to_string()))?;
         let mut validation = Validation::new(header.alg);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.set_issuer(&[&self.issuer]);
-        validation.set_audience(&[&self.audience]);
+        validation.set_audience(&self.audiences);
+        validation.validate_nbf = true;
         let token = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
             .map_err(|e| refused(e.to_string()))?;
         let text = |value: &serde_json::Value| match value {
@@ -215,9 +306,9 @@ impl Authenticator {
         Ok(Self::LocalJwt(Box::new(LocalVerifier::new(secret, issuer, audience)?)))
     }
 
-    pub fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
+    pub async fn principal(&self, parts: &Parts) -> Result<Principal, ApiError> {
         let claims = match self {
-            Self::ApiGateway { api_id, stage, issuer, audience, keys } => {
+            Self::ApiGateway { api_id, stage, issuer, audiences: accepted, keys } => {
                 use lambda_http::request::RequestContext;
                 let expected = |want: &Option<String>, got: Option<&String>| want.is_none() || want.as_ref() == got;
                 let claims = match parts.extensions.get::<RequestContext>() {
@@ -232,12 +323,13 @@ impl Authenticator {
                 let claims = claims.ok_or_else(|| ApiError::unauthorized("no authorizer claims"))?;
                 if let Some(keys) = keys {
                     // The event's claims are not taken on trust: the token itself must verify.
-                    return Principal::from_claims(&keys.verify(bearer(parts)?)?);
+                    return Principal::from_claims(&keys.verify(bearer(parts)?).await?);
                 }
                 let audiences = claims.get("aud").map(String::as_str).unwrap_or_default();
-                let audience_ok = audience.as_ref().is_none_or(|want| {
-                    audiences.split(|c: char| c.is_whitespace() || "[],\"".contains(c)).any(|a| a == want)
-                });
+                let audience_ok = accepted.is_empty()
+                    || audiences
+                        .split(|c: char| c.is_whitespace() || "[],\"".contains(c))
+                        .any(|a| accepted.iter().any(|w| w == a));
                 if !expected(issuer, claims.get("iss")) || !audience_ok {
                     return Err(ApiError::unauthorized("the token was issued for another service"));
                 }

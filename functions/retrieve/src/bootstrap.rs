@@ -37,29 +37,40 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
 }
 
-/// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`; with
-/// `MEMORY_JWT_JWKS`, the issuer's public keys, the token's signature is verified here too) or
-/// `MEMORY_AUTH=local-jwt` (`MEMORY_JWT_SECRET`, `MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`).
+/// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`; the token's
+/// signature verified here too against the issuer's keys: `MEMORY_JWT_JWKS_URL`, fetched and refreshed, or
+/// `MEMORY_JWT_JWKS`, given; without either, only with `MEMORY_TRUST_AUTHORIZER=true`) or `MEMORY_AUTH=local-jwt`
+/// (`MEMORY_JWT_SECRET`, `MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`). `MEMORY_JWT_AUDIENCE` may list several
+/// audiences, separated by commas.
 pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
     let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     match config::required("MEMORY_AUTH")?.as_str() {
         "api-gateway" => {
-            let (issuer, audience) = (set("MEMORY_JWT_ISSUER"), set("MEMORY_JWT_AUDIENCE"));
-            let keys = match set("MEMORY_JWT_JWKS") {
-                Some(jwks) => {
-                    let (Some(issuer), Some(audience)) = (&issuer, &audience) else {
-                        anyhow::bail!("MEMORY_JWT_JWKS needs MEMORY_JWT_ISSUER and MEMORY_JWT_AUDIENCE");
-                    };
-                    Some(Box::new(JwksVerifier::new(&jwks, issuer, audience)?))
+            let issuer = set("MEMORY_JWT_ISSUER");
+            let audiences: Vec<String> = set("MEMORY_JWT_AUDIENCE")
+                .map(|a| a.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect())
+                .unwrap_or_default();
+            let keyed_issuer =
+                || issuer.clone().ok_or_else(|| anyhow::anyhow!("the issuer's keys need MEMORY_JWT_ISSUER"));
+            let keys = match (set("MEMORY_JWT_JWKS_URL"), set("MEMORY_JWT_JWKS")) {
+                (Some(_), Some(_)) => anyhow::bail!("set MEMORY_JWT_JWKS_URL or MEMORY_JWT_JWKS, not both"),
+                (Some(url), None) => Some(JwksVerifier::from_url(&url, &keyed_issuer()?, &audiences)?),
+                (None, Some(jwks)) => Some(JwksVerifier::new(&jwks, &keyed_issuer()?, &audiences)?),
+                (None, None) => {
+                    anyhow::ensure!(
+                        config::parsed_or("MEMORY_TRUST_AUTHORIZER", false)?,
+                        "MEMORY_AUTH=api-gateway needs the issuer's keys (MEMORY_JWT_JWKS_URL or MEMORY_JWT_JWKS), or \
+                         MEMORY_TRUST_AUTHORIZER=true where nothing but API Gateway can invoke the function"
+                    );
+                    None
                 }
-                None => None,
             };
             Ok(Authenticator::ApiGateway {
                 api_id: set("MEMORY_API_ID"),
                 stage: set("MEMORY_API_STAGE"),
                 issuer,
-                audience,
-                keys,
+                audiences,
+                keys: keys.map(Box::new),
             })
         }
         "local-jwt" => {

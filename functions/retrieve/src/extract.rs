@@ -13,7 +13,7 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        state.auth.principal(parts)
+        state.auth.principal(parts).await
     }
 }
 

@@ -73,7 +73,8 @@ pub async fn count(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx
         .await
 }
 
-/// Adds a node (or returns the existing one with that parent and name).
+/// Adds a node as curated (an operator's: it stays when no memory uses it), or marks the existing one with that
+/// parent and name so and returns it.
 pub async fn upsert_node(
     executor: impl PgExecutor<'_>,
     organization_id: Uuid,
@@ -81,8 +82,8 @@ pub async fn upsert_node(
     name: &str,
 ) -> sqlx::Result<Uuid> {
     sqlx::query_scalar(
-        "INSERT INTO memory_taxonomy_node (organization_id, id, parent_id, name) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (organization_id, parent_id, name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
+        "INSERT INTO memory_taxonomy_node (organization_id, id, parent_id, name, curated) VALUES ($1, $2, $3, $4, true) \
+         ON CONFLICT (organization_id, parent_id, name) DO UPDATE SET curated = true RETURNING id",
     )
     .bind(organization_id)
     .bind(Uuid::now_v7())
