@@ -530,3 +530,28 @@ async fn a_pair_the_model_cannot_read_whole_or_merge_whole_is_kept(opts: PgPoolO
     assert!(reasons[0].contains(&format!("memory {} is longer than the 2000 characters", long.id)), "{reasons:?}");
     assert!(reasons[1].contains("merged text was unusable: ") && reasons[1].contains("cut off"), "{reasons:?}");
 }
+
+/// A profile is trusted as its least trusted source, and claims no more confidence than that trust allows: two
+/// verified sources at 0.95 and an untrusted one at 0.5 make an untrusted profile at 0.5, not their average.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_profiles_confidence_is_capped_by_its_trust(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::domain::TrustLevel;
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut sources = Vec::new();
+    for (text, trust, confidence) in [
+        ("billing-api is the payments service", TrustLevel::Verified, 0.95),
+        ("billing-api deploys on Tuesdays", TrustLevel::Verified, 0.95),
+        ("billing-api is said to be deprecated", TrustLevel::Untrusted, 0.5),
+    ] {
+        sources.push(memory(org, text).trust(trust).confidence(confidence).insert(&db).await);
+    }
+    let entity = integration_tests::mention_all(&db, org, "billing-api", &sources.iter().collect::<Vec<_>>()).await;
+    let llm = Arc::new(
+        ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: the payments service.".into())),
+    );
+    let synthesis = EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
+    let profile = &synthesis.profiles[0].profile;
+    assert_eq!(profile.provenance.trust_level, TrustLevel::Untrusted);
+    assert!(profile.confidence <= 0.5, "an untrusted profile claims {}", profile.confidence);
+}

@@ -34,19 +34,33 @@ async fn a_mixed_batch_reports_exactly_the_messages_that_failed(opts: PgPoolOpti
     let org = Uuid::now_v7();
     let a = memory(org, "old wording").insert(&db).await;
     let b = memory(org, "new wording").insert(&db).await;
+    let c = memory(org, "other wording").insert(&db).await;
+    // The screen recorded a and b as near duplicates; nothing recorded b and c.
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    store::dedup::defer_pair(&mut *tx, org, a.id, b.id, 0.93).await.unwrap();
+    tx.commit().await.unwrap();
+    let pairs = |pairs: &[(Uuid, Uuid)]| {
+        let listed: Vec<String> = pairs.iter().map(|(a, b)| format!(r#"{{"a":"{a}","b":"{b}"}}"#)).collect();
+        format!(r#"{{"organization_id":"{org}","pairs":[{}]}}"#, listed.join(","))
+    };
     let mut event = SqsEvent::default();
     event.records = vec![
-        message("good", format!(r#"{{"organization_id":"{org}","pairs":[{{"a":"{}","b":"{}"}}]}}"#, a.id, b.id)),
+        message("good", pairs(&[(a.id, b.id)])),
         message("malformed", "{not json".into()),
         message("wrong-shape", format!(r#"{{"organization_id":"{org}","pairs":"all"}}"#)),
-        message(
-            "unknown-memory",
-            format!(r#"{{"organization_id":"{org}","pairs":[{{"a":"{}","b":"{}"}}]}}"#, a.id, Uuid::now_v7()),
-        ),
+        message("unknown-memory", pairs(&[(a.id, Uuid::now_v7())])),
+        message("never-screened", pairs(&[(b.id, c.id)])),
+        message("eleven", pairs(&vec![(a.id, b.id); 11])),
     ];
     let response = aws_edge::sqs::process(&worker(&db), None, event).await.unwrap();
     let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
-    assert_eq!(failed, vec!["malformed", "wrong-shape", "unknown-memory"]);
+    assert_eq!(failed, vec!["malformed", "wrong-shape", "unknown-memory", "never-screened", "eleven"]);
+    let reviewed: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_dedup_pair WHERE organization_id = $1")
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    assert_eq!(reviewed, 1, "no pair reviewed but the screened one");
 
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
     let a_now = store::memories::get(&mut *tx, org, a.id).await.unwrap().unwrap();

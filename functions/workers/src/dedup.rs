@@ -1,4 +1,5 @@
-//! `memory_dedup_review`: the named pairs, or none to lease the organisation's next deferred pairs.
+//! `memory_dedup_review`: the named pairs (at most ten, each recorded by the screen), or none to lease the
+//! organisation's next deferred pairs.
 
 use memory_core::{
     jobs::DedupReviewJob,
@@ -25,7 +26,7 @@ impl JobHandler for Worker<Deduper> {
             }
         } else {
             let pairs: Vec<DedupPair> = job.pairs.iter().map(|p| DedupPair { a: p.a, b: p.b }).collect();
-            self.service.review_cluster(&self.pool, job.organization_id, &pairs).await?;
+            self.service.review_requested(&self.pool, job.organization_id, &pairs).await?;
         }
         Ok(())
     }

@@ -93,6 +93,15 @@ fn rank(trust: TrustLevel) -> u8 {
     }
 }
 
+/// The highest confidence a memory of this trust level is stored with (a producer's claim, a merge's, a profile's).
+pub fn max_confidence(trust: TrustLevel) -> f64 {
+    match trust {
+        TrustLevel::Verified => 1.0,
+        TrustLevel::Unverified => 0.85,
+        TrustLevel::Untrusted => 0.5,
+    }
+}
+
 /// The trust of content derived from sources of these trust levels: the least trusted one's.
 pub fn derived_trust(levels: impl IntoIterator<Item = TrustLevel>) -> TrustLevel {
     levels.into_iter().min_by_key(|t| rank(*t)).unwrap_or(TrustLevel::Unverified)

@@ -10,6 +10,7 @@
 //! - the confidence a producer claims is capped by the trust level: unverified at 0.85, untrusted at 0.5, so
 //!   neither reaches the confidence above which a contradiction supersedes.
 
+pub use crate::domain::readership::max_confidence;
 use crate::{
     code::reader::is_blob_sha,
     domain::{MemoryType, SourceKind, TrustLevel},
@@ -34,15 +35,6 @@ pub fn admitted_trust(provenance: &IngestProvenance) -> Result<TrustLevel, Strin
         other => Err(format!(
             "source_kind {other} is not an extraction source (conversation_turn, run, file, human, tool_output, external, import)"
         )),
-    }
-}
-
-/// The highest confidence a memory of this trust level is stored with.
-pub fn max_confidence(trust: TrustLevel) -> f64 {
-    match trust {
-        TrustLevel::Verified => 1.0,
-        TrustLevel::Unverified => 0.85,
-        TrustLevel::Untrusted => 0.5,
     }
 }
 

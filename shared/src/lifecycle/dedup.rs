@@ -23,7 +23,7 @@ use super::{
 use crate::{
     domain::{
         DedupDecision, Memory, NewMemory, SourceKind,
-        readership::{derived_trust, forbids_merging, forbids_replacing},
+        readership::{derived_trust, forbids_merging, forbids_replacing, max_confidence},
     },
     embed::Embedder,
     llm::{InvocationPurpose, Llm, LlmError, LlmRequest, parse_json},
@@ -93,6 +93,35 @@ impl Deduper {
             decided += self.review(pool, organization_id, batch).await?;
         }
         Ok(decided)
+    }
+
+    /// Reviews the pairs a `memory_dedup_review` message names: at most [`PAIRS_PER_CALL`], each one the screen
+    /// recorded (a pair decided since is skipped); a message naming more, or a pair never recorded, is refused, so
+    /// a sender cannot have any pair of memories reviewed (and merged) at will.
+    pub async fn review_requested(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        pairs: &[DedupPair],
+    ) -> crate::Result<usize> {
+        if pairs.len() > PAIRS_PER_CALL {
+            return Err(crate::Error::validation(format!(
+                "a dedup review names at most {PAIRS_PER_CALL} pairs, not {}",
+                pairs.len()
+            )));
+        }
+        let mut tx = store::begin_for_org(pool, organization_id).await?;
+        for pair in pairs {
+            let (first, second) = if pair.a < pair.b { (pair.a, pair.b) } else { (pair.b, pair.a) };
+            if store::dedup::decision(&mut *tx, organization_id, first, second).await?.is_none() {
+                return Err(crate::Error::validation(format!(
+                    "pair {} / {} was never screened as near duplicates",
+                    pair.a, pair.b
+                )));
+            }
+        }
+        tx.commit().await?;
+        self.review(pool, organization_id, pairs).await
     }
 
     /// Leases up to one model call's worth of deferred pairs (other reviewers skip them) and reviews them;
@@ -302,12 +331,12 @@ impl Deduper {
             })
             .await?;
         let mut new = NewMemory::replacing(a, content.trim());
-        new.confidence = a.confidence.max(b.confidence);
         new.expires_at = earliest([a.expires_at, b.expires_at]);
         new.file_path = None;
         new.provenance.source_kind = SourceKind::Merge;
         new.provenance.source_ref = Some(format!("merge:{},{}", a.id, b.id));
         new.provenance.trust_level = derived_trust([a.provenance.trust_level, b.provenance.trust_level]);
+        new.confidence = a.confidence.max(b.confidence).min(max_confidence(new.provenance.trust_level));
         for tag in &b.tags {
             if !new.tags.contains(tag) {
                 new.tags.push(tag.clone());

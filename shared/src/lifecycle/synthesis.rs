@@ -19,7 +19,10 @@ use uuid::Uuid;
 
 use super::{Models, earliest, quoted, unusable};
 use crate::{
-    domain::{EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind, readership::derived_trust},
+    domain::{
+        EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind,
+        readership::{derived_trust, max_confidence},
+    },
     embed::Embedder,
     jobs::{EntitySynthesisJob, JobType},
     llm::{InvocationPurpose, Llm, LlmRequest},
@@ -285,10 +288,11 @@ fn profile_memory(partition: &Partition, entity_id: Uuid, summary: &str) -> NewM
         .expect("a partition's readership is one of its sources'");
     let mut new = NewMemory::replacing(representative, summary);
     new.memory_type = MemoryType::EntityProfile;
-    new.confidence = partition.sources.iter().map(|m| m.confidence).sum::<f64>() / partition.sources.len() as f64;
     new.provenance.source_kind = SourceKind::Synthesis;
     new.provenance.source_ref = Some(format!("entity:{entity_id}"));
     new.provenance.trust_level = derived_trust(partition.sources.iter().map(|m| m.provenance.trust_level));
+    let average = partition.sources.iter().map(|m| m.confidence).sum::<f64>() / partition.sources.len() as f64;
+    new.confidence = average.min(max_confidence(new.provenance.trust_level));
     new.expires_at = earliest(partition.sources.iter().map(|m| m.expires_at));
     new.file_path = None;
     new.tags = Vec::new();
