@@ -1,4 +1,4 @@
--- Forgetting leaves no word behind, and producers forget what they wrote.
+-- Forgetting leaves no word behind, and producers forget what they wrote and anchor no chunk unless granted.
 --
 -- The keyword index's rows of words no memory holds any more are deleted (lists and statistics), so memory_app
 -- may delete them.
@@ -17,6 +17,9 @@ CREATE INDEX memory_profile_of_entity ON memory (organization_id, source_ref) WH
 -- migration), so that a producer's forget request reaches what it wrote only, unless its grant says otherwise.
 ALTER TABLE memory_ingest_batch ADD COLUMN sender text;
 ALTER TABLE memory_producer ADD COLUMN forgets_any boolean NOT NULL DEFAULT false;
+-- Only a repository importer (memory-admin import-repo's sender) writes memories anchored to a file's chunk: a
+-- producer's anchored "copy" of a chunk would otherwise take the chunk's place.
+ALTER TABLE memory_producer ADD COLUMN imports boolean NOT NULL DEFAULT false;
 
 -- A forget request larger than one delivery: what is left of it, continued by follow-up jobs until done.
 CREATE TABLE memory_forget_request (

@@ -76,7 +76,8 @@ start)
     admin seed-demo
     # The local tools' sender may write into the demo organisations (the ingest worker checks every sender).
     for org in 0a000000-0000-4000-8000-000000000001 0b000000-0000-4000-8000-000000000002; do
-        admin producers add --org "$org" --sender "$MEMORY_LOCAL_SENDER_ID" --max-trust verified --name local-tools
+        admin producers add --org "$org" --sender "$MEMORY_LOCAL_SENDER_ID" --max-trust verified --name local-tools \
+            --imports --forgets-any
     done
     admin ann-indexes
     local_env

@@ -801,7 +801,10 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     let sdk = sdk().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sdk, format!("t-{}-producers", org.simple())).await;
-    let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("a human fact", axis(1)));
+    let chunk_text = "fn settle() { ledger.close() }";
+    let embedder = Arc::new(
+        FixedEmbedder::default().with("a fact", axis(0)).with("a human fact", axis(1)).with(chunk_text, axis(2)),
+    );
     let ingestor = Ingestor::new(db.app.clone(), embedder).with_producers(Producers::Registered);
     let worker = workers::Worker::new(db.app.clone(), ingestor);
     // Messages go through the real queue, which says who sent them.
@@ -819,6 +822,7 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
         name: "extraction".into(),
         max_trust: TrustLevel::Unverified,
         forgets_any: false,
+        imports: false,
     };
     store::producers::upsert(&mut *tx, org, &grant).await.unwrap();
     tx.commit().await.unwrap();
@@ -826,9 +830,25 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     assert!(deliver("granted", batch(org, "b2", vec![turn("a fact")])).await.is_empty());
     assert_eq!(deliver("over-trust", batch(org, "b3", vec![human])).await, vec!["over-trust"]);
     assert_eq!(deliver("other-org", batch(other_org, "b4", vec![turn("a fact")])).await, vec!["other-org"]);
+    // An anchored "copy" of a chunk would take the chunk's place: only a repository importer writes one.
+    let mut chunk = turn(chunk_text);
+    chunk["scope"] = json!("project");
+    chunk["project_id"] = json!(Uuid::now_v7());
+    chunk["file_path"] = json!("src/ledger.rs");
+    chunk["repository"] = json!("ledger");
+    chunk["anchor"] = json!({"symbol": "settle", "start_line": 1, "end_line": 1});
+    chunk["provenance"] = json!({"source_kind": "file", "source_ref": "ledger@main:src/ledger.rs#settle",
+                                 "trust_level": "unverified"});
+    assert_eq!(deliver("anchored", batch(org, "b5", vec![chunk.clone()])).await, vec!["anchored"]);
     let stored = statuses(&db, org).await;
     assert_eq!(stored.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>(), vec!["a fact"], "only the granted batch");
     assert!(statuses(&db, other_org).await.is_empty());
+
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    store::producers::upsert(&mut *tx, org, &Producer { imports: true, ..grant }).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(deliver("importer", batch(org, "b5", vec![chunk])).await.is_empty(), "a repository importer's chunk");
+    assert_eq!(statuses(&db, org).await.len(), 2);
 }
 
 /// Taxonomy nodes are names every reader sees: a private or restricted memory, or an untrusted one, is tagged only
@@ -925,7 +945,13 @@ async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies
     let sender = std::env::var("MEMORY_LOCAL_SENDER_ID").expect("MEMORY_LOCAL_SENDER_ID (run through `make test`)");
     let grant = async |max_trust| {
         let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-        let producer = Producer { sender_id: sender.clone(), name: "extraction".into(), max_trust, forgets_any: false };
+        let producer = Producer {
+            sender_id: sender.clone(),
+            name: "extraction".into(),
+            max_trust,
+            forgets_any: false,
+            imports: false,
+        };
         store::producers::upsert(&mut *tx, org, &producer).await.unwrap();
         tx.commit().await.unwrap();
     };
@@ -1033,6 +1059,7 @@ async fn a_producers_forget_reaches_what_it_sent_and_continues_in_follow_up_jobs
             name: "extraction".into(),
             max_trust: TrustLevel::Verified,
             forgets_any,
+            imports: false,
         };
         store::producers::upsert(&mut *tx, org, &producer).await.unwrap();
         tx.commit().await.unwrap();

@@ -206,6 +206,9 @@ enum ProducersCommand {
         /// requests reach only the memories of the batches it sent.
         #[arg(long)]
         forgets_any: bool,
+        /// Let it write memories anchored to a chunk of a file (the sender of `memory-admin import-repo`).
+        #[arg(long)]
+        imports: bool,
     },
     /// Withdraw a sender's grant.
     Remove {
@@ -341,12 +344,13 @@ async fn main() -> anyhow::Result<()> {
             };
             let mut tx = store::begin_for_org(&pool, org).await?;
             match command {
-                ProducersCommand::Add { sender, max_trust, name, forgets_any, .. } => {
+                ProducersCommand::Add { sender, max_trust, name, forgets_any, imports, .. } => {
                     anyhow::ensure!(
                         !forgets_any || max_trust == TrustLevel::Verified,
                         "--forgets-any needs --max-trust verified"
                     );
-                    let producer = store::producers::Producer { sender_id: sender, name, max_trust, forgets_any };
+                    let producer =
+                        store::producers::Producer { sender_id: sender, name, max_trust, forgets_any, imports };
                     store::producers::upsert(&mut *tx, org, &producer).await?;
                 }
                 ProducersCommand::Remove { sender, .. } => {
@@ -357,7 +361,8 @@ async fn main() -> anyhow::Result<()> {
                 ProducersCommand::List { .. } => {
                     for p in store::producers::list(&mut *tx, org).await? {
                         let forgets = if p.forgets_any { ", forgets any memory" } else { "" };
-                        println!("{} {} (at most {}{forgets})", p.sender_id, p.name, p.max_trust);
+                        let imports = if p.imports { ", imports repositories" } else { "" };
+                        println!("{} {} (at most {}{forgets}{imports})", p.sender_id, p.name, p.max_trust);
                     }
                 }
             }

@@ -177,6 +177,17 @@ impl Ingestor {
                     m.provenance.trust_level
                 )));
             }
+            if let Some(i) = batch.memories.iter().position(|m| m.anchor.is_some()) {
+                let mut tx = store::begin_for_org(&self.pool, org).await?;
+                let rights = store::producers::rights(&mut *tx, org, sender).await?;
+                tx.commit().await?;
+                if !rights.imports {
+                    return Err(crate::Error::Forbidden(format!(
+                        "memory {i} is anchored to a chunk of a file, which only a repository importer writes \
+                         (memory-admin producers add --imports); send it without `anchor`"
+                    )));
+                }
+            }
         }
         self.ingest_from(batch, Admission::Candidate, sender).await
     }
@@ -200,9 +211,9 @@ impl Ingestor {
             )));
         }
         let mut tx = store::begin_for_org(&self.pool, organization_id).await?;
-        let any = store::producers::forgets_any(&mut *tx, organization_id, sender).await?;
+        let rights = store::producers::rights(&mut *tx, organization_id, sender).await?;
         tx.commit().await?;
-        Ok(Forgetting { selector, sender: (!any).then(|| store::producers::role(sender).to_owned()) })
+        Ok(Forgetting { selector, sender: (!rights.forgets_any).then(|| store::producers::role(sender).to_owned()) })
     }
 
     /// The sender (SQS `SenderId`) of a message and the highest trust its grant for the organisation allows (None:

@@ -13,6 +13,15 @@ pub struct Producer {
     pub max_trust: TrustLevel,
     /// A `verified` producer that may forget any memory of the organisation, not only what it sent.
     pub forgets_any: bool,
+    /// A repository importer: it may write memories anchored to a chunk of a file.
+    pub imports: bool,
+}
+
+/// What a sender's grants (its own and its role's) let it do beyond writing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Rights {
+    pub forgets_any: bool,
+    pub imports: bool,
 }
 
 /// The highest trust `sender_id` may claim in the organisation; None when it may not write there. A sender of an
@@ -39,12 +48,13 @@ pub fn role(sender_id: &str) -> &str {
     sender_id.split(':').next().unwrap_or(sender_id)
 }
 
-/// Whether a grant of `sender_id` (its own or its role's) lets it forget any memory of the organisation, not only
-/// those of the batches it sent.
-pub async fn forgets_any(executor: impl PgExecutor<'_>, organization_id: Uuid, sender_id: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT coalesce(bool_or(forgets_any), false) FROM memory_producer \
-         WHERE organization_id = $1 AND sender_id IN ($2, $3) AND max_trust = 'verified'",
+/// What the grants of `sender_id` (its own and its role's) let it do: forget any memory of the organisation, not
+/// only those of the batches it sent (a `verified` grant only); write anchored chunks.
+pub async fn rights(executor: impl PgExecutor<'_>, organization_id: Uuid, sender_id: &str) -> sqlx::Result<Rights> {
+    sqlx::query_as(
+        "SELECT coalesce(bool_or(forgets_any AND max_trust = 'verified'), false) AS forgets_any, \
+                coalesce(bool_or(imports), false) AS imports \
+         FROM memory_producer WHERE organization_id = $1 AND sender_id IN ($2, $3)",
     )
     .bind(organization_id)
     .bind(sender_id)
@@ -56,16 +66,17 @@ pub async fn forgets_any(executor: impl PgExecutor<'_>, organization_id: Uuid, s
 /// Grants (or changes the grant of) a sender in the organisation.
 pub async fn upsert(executor: impl PgExecutor<'_>, organization_id: Uuid, producer: &Producer) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT INTO memory_producer (organization_id, sender_id, name, max_trust, forgets_any) \
-         VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (organization_id, sender_id) DO UPDATE \
-             SET name = EXCLUDED.name, max_trust = EXCLUDED.max_trust, forgets_any = EXCLUDED.forgets_any",
+        "INSERT INTO memory_producer (organization_id, sender_id, name, max_trust, forgets_any, imports) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (organization_id, sender_id) DO UPDATE SET name = EXCLUDED.name, max_trust = EXCLUDED.max_trust, \
+             forgets_any = EXCLUDED.forgets_any, imports = EXCLUDED.imports",
     )
     .bind(organization_id)
     .bind(&producer.sender_id)
     .bind(&producer.name)
     .bind(producer.max_trust)
     .bind(producer.forgets_any)
+    .bind(producer.imports)
     .execute(executor)
     .await
     .map(|_| ())
@@ -84,7 +95,7 @@ pub async fn remove(executor: impl PgExecutor<'_>, organization_id: Uuid, sender
 /// The organisation's producers, by sender.
 pub async fn list(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Producer>> {
     sqlx::query_as(
-        "SELECT sender_id, name, max_trust, forgets_any FROM memory_producer WHERE organization_id = $1 ORDER BY sender_id",
+        "SELECT sender_id, name, max_trust, forgets_any, imports FROM memory_producer WHERE organization_id = $1 ORDER BY sender_id",
     )
     .bind(organization_id)
     .fetch_all(executor)

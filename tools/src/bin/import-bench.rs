@@ -171,6 +171,7 @@ async fn grant(pool: &PgPool, org: Uuid) -> anyhow::Result<()> {
         name: "import-bench".into(),
         max_trust: TrustLevel::Verified,
         forgets_any: false,
+        imports: true,
     };
     let mut tx = store::begin_for_org(pool, org).await?;
     store::producers::upsert(&mut *tx, org, &producer).await?;
