@@ -42,6 +42,18 @@ impl Db {
     }
 }
 
+/// An organisation's export, every batch collected.
+pub async fn exported(pool: &PgPool, from: Uuid, to: Uuid) -> Vec<memory_core::ingest::IngestBatch> {
+    let mut batches = Vec::new();
+    memory_core::ingest::export::export(pool, from, to, |batch| {
+        batches.push(batch);
+        Ok(())
+    })
+    .await
+    .expect("export");
+    batches
+}
+
 /// The model directory installed by the local stack.
 pub fn model_dir() -> PathBuf {
     std::env::var("MEMORY_MODEL_DIR").expect("MEMORY_MODEL_DIR (run the tests through `make test`)").into()

@@ -388,7 +388,7 @@ fn a_tree_that_reuses_its_subtrees_is_listed_up_to_the_budget() {
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_exported_organisation_imports_with_its_current_versions(opts: PgPoolOptions, conn: PgConnectOptions) {
-    use memory_core::ingest::export::{export, restore_history};
+    use memory_core::ingest::export::restore_history;
     let s = Setup::new(opts, conn).await;
     s.repo.write("src/config.rs", CONFIG_RS);
     s.repo.commit("first");
@@ -424,7 +424,7 @@ async fn an_exported_organisation_imports_with_its_current_versions(opts: PgPool
     tx.commit().await.unwrap();
 
     let to = Uuid::now_v7();
-    let batches = export(&s.db.app, s.org, to).await.unwrap();
+    let batches = integration_tests::exported(&s.db.app, s.org, to).await;
     assert!(
         batches
             .iter()

@@ -454,7 +454,7 @@ async fn expired_memories_are_never_returned_and_the_archive_is_returned_only_wh
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolOptions, conn: PgConnectOptions) {
     use memory_core::{
-        ingest::{Admission, IngestBatch, Ingestor, export::export},
+        ingest::{Admission, IngestBatch, Ingestor},
         retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy},
     };
     let db = Db::new(opts, conn).await;
@@ -497,7 +497,7 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     merged.new.labels = serde_json::json!({"sources": 2});
     merged.insert(&db).await;
 
-    let batches = export(&db.app, from, to).await.unwrap();
+    let batches = integration_tests::exported(&db.app, from, to).await;
     assert_eq!(batches.iter().map(|b| b.memories.len()).sum::<usize>(), 5, "the active memories and the history");
     assert!(batches.iter().all(|b| b.organization_id == to));
     let mut receipts = Vec::new();
@@ -543,7 +543,7 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
         assert!(!here.0.is_empty(), "{query}");
         assert_eq!(here, there, "{query}");
     }
-    let copied = export(&db.app, to, to).await.unwrap();
+    let copied = integration_tests::exported(&db.app, to, to).await;
     let without_ids = |batches: &[IngestBatch]| -> Vec<_> {
         let mut memories: Vec<_> = batches.iter().flat_map(|b| b.memories.clone()).collect();
         for m in &mut memories {
@@ -590,7 +590,7 @@ async fn a_text_superseded_and_stated_again_stays_current_after_an_import(opts: 
     let again = state(from, "b3", mondays).await;
     assert_ne!(again, first, "stated again: a memory of its own");
 
-    let batches = export::export(&db.app, from, to).await.unwrap();
+    let batches = integration_tests::exported(&db.app, from, to).await;
     let mut receipts = Vec::new();
     for batch in &batches {
         receipts.push(ingestor.ingest(batch, Admission::Active).await.unwrap());
@@ -604,4 +604,52 @@ async fn a_text_superseded_and_stated_again_stays_current_after_an_import(opts: 
     .await
     .unwrap();
     assert_eq!(current, [mondays, tuesdays], "what is current where it came from is current here");
+}
+
+/// Export streams: the first batch reaches the writer while the export's statement is still sending the rest (32 MB
+/// of memories, more than the socket buffers hold), so an organisation is never held in memory whole.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_export_hands_over_its_first_batch_while_the_rest_is_still_being_read(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn.clone()).await;
+    let org = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO memory (organization_id, id, scope, memory_type, content) \
+         SELECT $1, gen_random_uuid(), 'org', 'semantic', repeat('ledger' || i || ' ', 400) \
+         FROM generate_series(1, 8000) i",
+    )
+    .bind(org)
+    .execute(&db.admin)
+    .await
+    .unwrap();
+    // The writer looks from another connection (on a thread of its own: it runs inside the export's loop).
+    let (mut batches, mut exported, mut seen) = (0, 0, None);
+    let written = memory_core::ingest::export::export(&db.app, org, org, |batch| {
+        batches += 1;
+        exported += batch.memories.len();
+        if seen.is_none() {
+            let conn = conn.clone();
+            seen = std::thread::spawn(move || {
+                tokio::runtime::Runtime::new().unwrap().block_on(async move {
+                    let mut observer = sqlx::ConnectOptions::connect(&conn).await.unwrap();
+                    sqlx::query_scalar::<_, String>(
+                        "SELECT state FROM pg_stat_activity WHERE query LIKE 'WITH RECURSIVE paths%' \
+                         AND pid <> pg_backend_pid()",
+                    )
+                    .fetch_optional(&mut observer)
+                    .await
+                    .unwrap()
+                })
+            })
+            .join()
+            .unwrap();
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!((written, exported, batches), (8000, 8000, 80));
+    assert_eq!(seen.as_deref(), Some("active"), "the statement still sends when the first batch is written");
 }

@@ -298,16 +298,15 @@ async fn main() -> anyhow::Result<()> {
             println!("{} memories forgotten", forget(&admin_pool()?, org, selector).await?);
         }
         Command::Export { org, to_org } => {
-            let batches = memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org)).await?;
             let mut out = std::io::stdout().lock();
-            for batch in &batches {
-                writeln!(out, "{}", serde_json::to_string(batch)?)?;
-            }
-            eprintln!(
-                "{} memories in {} batches",
-                batches.iter().map(|b| b.memories.len()).sum::<usize>(),
-                batches.len()
-            );
+            let mut batches = 0;
+            let exported =
+                memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org), |batch| {
+                    batches += 1;
+                    Ok(writeln!(out, "{}", serde_json::to_string(&batch)?)?)
+                })
+                .await?;
+            eprintln!("{exported} memories in {batches} batches");
         }
         Command::ImportRepo { org, project, name, reference, direct, path } => {
             let path = match path {

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -28,27 +29,40 @@ fn ingestible(kind: SourceKind) -> bool {
     super::admitted_trust(&probe).is_ok()
 }
 
-/// The organisation's active memories as batches for `to_organization` (the same organisation, or another).
+/// Hands the organisation's memories to `write` as batches for `to_organization` (the same organisation, or
+/// another), each as soon as its memories are read: one statement's snapshot, streamed, so an organisation of any
+/// size is exported holding one batch. Returns how many memories it exported.
 pub async fn export(
     pool: &sqlx::PgPool,
     organization_id: Uuid,
     to_organization: Uuid,
-) -> crate::Result<Vec<IngestBatch>> {
+    mut write: impl FnMut(IngestBatch) -> anyhow::Result<()>,
+) -> crate::Result<usize> {
+    let batch = |memories: Vec<IngestMemory>| IngestBatch {
+        job_type: None,
+        version: VERSION,
+        organization_id: to_organization,
+        // Named by what it holds: the same memories replay, changed ones are a new batch.
+        batch_id: format!("export:{:x}", Sha256::digest(serde_json::to_vec(&memories).expect("memories serialise"))),
+        memories,
+    };
     let mut tx = store::begin_for_org(pool, organization_id).await?;
-    let rows = store::export::memories(&mut tx, organization_id).await?;
+    let (mut exported, mut pending) = (0, Vec::with_capacity(MAX_MEMORIES));
+    {
+        let mut rows = store::export::memories(&mut tx, organization_id);
+        while let Some(row) = rows.try_next().await? {
+            pending.push(as_ingest(row));
+            exported += 1;
+            if pending.len() == MAX_MEMORIES {
+                write(batch(std::mem::take(&mut pending)))?;
+            }
+        }
+    }
     tx.commit().await?;
-    let memories: Vec<IngestMemory> = rows.into_iter().map(as_ingest).collect();
-    Ok(memories
-        .chunks(MAX_MEMORIES)
-        .map(|chunk| IngestBatch {
-            job_type: None,
-            version: VERSION,
-            organization_id: to_organization,
-            // Named by what it holds: the same memories replay, changed ones are a new batch.
-            batch_id: format!("export:{:x}", Sha256::digest(serde_json::to_vec(chunk).expect("memories serialise"))),
-            memories: chunk.to_vec(),
-        })
-        .collect())
+    if !pending.is_empty() {
+        write(batch(pending))?;
+    }
+    Ok(exported)
 }
 
 fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {

@@ -1,6 +1,7 @@
 //! Reading an organisation's memories whole, for export: each memory with its context, taxonomy paths and entity
 //! mentions.
 
+use futures_util::stream::BoxStream;
 use sqlx::{PgConnection, types::Json};
 use uuid::Uuid;
 
@@ -21,9 +22,13 @@ pub struct ExportedMemory {
 
 /// The organisation's memories, active and history (superseded, archived; entity profiles aside: they are
 /// synthesised again): the active ones first, so an import gives each chunk and text to its current version before
-/// any history, then the history; oldest first within each.
-pub async fn memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::Result<Vec<ExportedMemory>> {
-    let sql = format!(
+/// any history, then the history; oldest first within each. Rows stream as they are read.
+pub fn memories(conn: &mut PgConnection, organization_id: Uuid) -> BoxStream<'_, sqlx::Result<ExportedMemory>> {
+    sqlx::query_as(&EXPORT_SQL).bind(organization_id).fetch(conn)
+}
+
+static EXPORT_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
         "WITH RECURSIVE paths AS (\
              SELECT id, name::text AS path FROM memory_taxonomy_node WHERE organization_id = $1 AND parent_id IS NULL \
              UNION ALL \
@@ -39,6 +44,5 @@ pub async fn memories(conn: &mut PgConnection, organization_id: Uuid) -> sqlx::R
          FROM memory m WHERE m.organization_id = $1 AND m.status IN ('active', 'superseded', 'archived') \
            AND m.memory_type <> 'entity_profile' \
          ORDER BY m.status <> 'active', m.created_at, m.id"
-    );
-    sqlx::query_as(&sql).bind(organization_id).fetch_all(conn).await
-}
+    )
+});
