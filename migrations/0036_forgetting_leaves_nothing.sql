@@ -36,3 +36,9 @@ ALTER TABLE memory_forget_request FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON memory_forget_request USING (organization_id = app_current_org())
     WITH CHECK (organization_id = app_current_org());
 GRANT SELECT, INSERT, DELETE ON memory_forget_request TO memory_app;
+
+-- A curated import restores an export's supersessions through the same rules as the lifecycle jobs; one the rules
+-- forbid is held for review like theirs.
+ALTER TABLE memory_held_decision DROP CONSTRAINT memory_lifecycle_review_job_check;
+ALTER TABLE memory_held_decision ADD CONSTRAINT memory_held_decision_job_check
+    CHECK (job IN ('dedup', 'contradiction', 'import'));

@@ -653,3 +653,42 @@ async fn an_export_hands_over_its_first_batch_while_the_rest_is_still_being_read
     assert_eq!((written, exported, batches), (8000, 8000, 80));
     assert_eq!(seen.as_deref(), Some("active"), "the statement still sends when the first batch is written");
 }
+
+/// A curated import restores history through the guarded transition: an export file whose history has an agent's
+/// private memory superseding an org-wide one (which no lifecycle job could have done) leaves the org-wide copy
+/// current and holds the supersession for review.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_curated_import_restores_only_the_supersessions_the_rules_allow(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::ingest::{Admission, IngestBatch, Ingestor, export};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let (org_wide, private) = ("billing-api deploys on Mondays", "billing-api deploys on Tuesdays");
+    let embedder = integration_tests::FixedEmbedder::default()
+        .with(org_wide, integration_tests::axis(0))
+        .with(private, integration_tests::axis(1));
+    let ingestor = Ingestor::new(db.app.clone(), Arc::new(embedder));
+    let (old_id, new_id, agent) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let provenance = serde_json::json!({"source_kind": "human", "source_ref": "alice", "trust_level": "verified"});
+    let crafted: IngestBatch =
+        serde_json::from_value(serde_json::json!({"organization_id": org, "batch_id": "export:1",
+        "memories": [
+            {"content": private, "memory_type": "semantic", "scope": "agent_private", "agent_id": agent,
+             "provenance": provenance, "history": {"id": new_id, "status": "active"}},
+            {"content": org_wide, "memory_type": "semantic", "scope": "org", "provenance": provenance,
+             "history": {"id": old_id, "status": "superseded", "superseded_by": new_id}}]}))
+        .unwrap();
+    let receipt = ingestor.ingest(&crafted, Admission::Active).await.unwrap();
+    let restored = export::restore_history(&db.app, org, &[crafted], &[receipt]).await.unwrap();
+    assert_eq!(restored, 0);
+    let statuses: Vec<(String, String)> =
+        sqlx::query_as("SELECT content, status FROM memory WHERE organization_id = $1 ORDER BY content")
+            .bind(org)
+            .fetch_all(&db.admin)
+            .await
+            .unwrap();
+    assert_eq!(statuses, [(org_wide.into(), "active".into()), (private.into(), "active".into())]);
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    assert_eq!(held.len(), 1, "held for review: {held:?}");
+    assert_eq!((held[0].job.as_str(), held[0].action.as_str()), ("import", "supersede"));
+}

@@ -300,12 +300,11 @@ async fn main() -> anyhow::Result<()> {
         Command::Export { org, to_org } => {
             let mut out = std::io::stdout().lock();
             let mut batches = 0;
-            let exported =
-                memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org), |batch| {
-                    batches += 1;
-                    Ok(writeln!(out, "{}", serde_json::to_string(&batch)?)?)
-                })
-                .await?;
+            let exported = memory_core::ingest::export::export(&admin_pool()?, org, to_org.unwrap_or(org), |batch| {
+                batches += 1;
+                Ok(writeln!(out, "{}", serde_json::to_string(&batch)?)?)
+            })
+            .await?;
             eprintln!("{exported} memories in {batches} batches");
         }
         Command::ImportRepo { org, project, name, reference, direct, path } => {

@@ -15,6 +15,7 @@ use super::{EntityRef, History, IngestBatch, IngestMemory, IngestProvenance, Ing
 use crate::{
     code::reader::is_blob_sha,
     domain::{SourceKind, TrustLevel},
+    lifecycle::guarded,
     store,
 };
 
@@ -119,7 +120,9 @@ fn as_ingest(row: store::export::ExportedMemory) -> IngestMemory {
 }
 
 /// After a curated import of exported `batches` (their `receipts` in order): the memories that were superseded or
-/// archived where they came from are so again, superseded by the copies of their successors. Returns how many.
+/// archived where they came from are so again, superseded by the copies of their successors through the guarded
+/// transition (a supersession the readership and trust rules forbid is held for review, as a lifecycle job's
+/// would be). Returns how many were restored.
 pub async fn restore_history(
     pool: &sqlx::PgPool,
     organization_id: Uuid,
@@ -145,13 +148,19 @@ pub async fn restore_history(
     let histories = batches.iter().flat_map(|b| &b.memories).filter_map(|m| m.history.as_ref());
     for history in histories {
         let Some(&copy) = copy_of.get(&history.id).filter(|copy| !current_copies.contains(*copy)) else { continue };
-        let current = store::transitions::lock(&mut tx, organization_id, &[copy]).await?.pop();
-        if current.is_none_or(|m| m.status != crate::domain::MemoryStatus::Active) {
+        let successor = history.superseded_by.and_then(|s| copy_of.get(&s)).copied().filter(|s| *s != copy);
+        let ids: Vec<Uuid> = [Some(copy), successor].into_iter().flatten().collect();
+        let locked = store::transitions::lock(&mut tx, organization_id, &ids).await?;
+        let Some(current) = locked.iter().find(|m| m.id == copy && m.status == crate::domain::MemoryStatus::Active)
+        else {
             continue; // restored before (a second import), or not a memory of this import
-        }
-        match (history.status, history.superseded_by.and_then(|s| copy_of.get(&s))) {
-            (crate::domain::MemoryStatus::Superseded, Some(&successor)) if successor != copy => {
-                store::transitions::supersede(&mut tx, organization_id, copy, successor, "import").await?;
+        };
+        match (history.status, successor.and_then(|s| locked.iter().find(|m| m.id == s))) {
+            (crate::domain::MemoryStatus::Superseded, Some(winner)) => {
+                let outcome = guarded::supersede(&mut tx, guarded::Job::Import, winner, current, "import").await?;
+                if matches!(outcome, guarded::Outcome::Held(_)) {
+                    continue;
+                }
             }
             (crate::domain::MemoryStatus::Superseded | crate::domain::MemoryStatus::Archived, _) => {
                 store::transitions::archive(&mut tx, organization_id, copy, "import").await?;

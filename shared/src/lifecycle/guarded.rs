@@ -18,6 +18,8 @@ use crate::{
 pub enum Job {
     Dedup,
     Contradiction,
+    /// A curated import restoring an export's history.
+    Import,
 }
 
 impl Job {
@@ -25,6 +27,7 @@ impl Job {
         match self {
             Self::Dedup => "dedup",
             Self::Contradiction => "contradiction",
+            Self::Import => "import",
         }
     }
 }
