@@ -1,6 +1,6 @@
 //! Dead-letter queues: the messages a worker failed until SQS gave up on them, listed with why they are there
-//! (their bodies and receive counts), and sent back to their queue to be tried again once the cause is fixed; and
-//! how many messages a queue holds.
+//! (their bodies and receive counts), sent back to their queue to be tried again once the cause is fixed, or
+//! deleted for a forgotten organisation; and how many messages a queue holds.
 
 use aws_sdk_sqs::{Client, types::MessageSystemAttributeName, types::QueueAttributeName};
 
@@ -61,8 +61,35 @@ pub async fn queue_of(sqs: &Client, queue_url: &str) -> anyhow::Result<Option<St
 
 /// Every message on the dead-letter queue; each is visible again once listed.
 pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<DeadLetter>> {
-    let mut listed: Vec<DeadLetter> = Vec::new();
-    let mut handles: Vec<String> = Vec::new();
+    let received = receive_all(sqs, dead_letter_url).await?;
+    for (_, handle) in &received {
+        release(sqs, dead_letter_url, handle).await?;
+    }
+    Ok(received.into_iter().map(|(letter, _)| letter).collect())
+}
+
+/// Deletes the dead-letter queue's messages of one organisation (a JSON body whose `organization_id` is it): after
+/// a forget, what its producers sent that failed is no longer kept for the queue's 14 days. The other messages are
+/// visible again. Returns how many were deleted.
+pub async fn purge(sqs: &Client, dead_letter_url: &str, organization_id: &str) -> anyhow::Result<usize> {
+    let mut purged = 0;
+    for (letter, handle) in receive_all(sqs, dead_letter_url).await? {
+        let named = serde_json::from_str::<serde_json::Value>(&letter.body)
+            .ok()
+            .is_some_and(|body| body.get("organization_id").and_then(|o| o.as_str()) == Some(organization_id));
+        if named {
+            sqs.delete_message().queue_url(dead_letter_url).receipt_handle(handle).send().await?;
+            purged += 1;
+        } else {
+            release(sqs, dead_letter_url, &handle).await?;
+        }
+    }
+    Ok(purged)
+}
+
+/// Every message on the queue, each with the receipt handle that hides it for [`LISTING_VISIBILITY`].
+async fn receive_all(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<(DeadLetter, String)>> {
+    let mut received: Vec<(DeadLetter, String)> = Vec::new();
     loop {
         let messages = sqs
             .receive_message()
@@ -74,34 +101,34 @@ pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<Dea
             .await?
             .messages
             .unwrap_or_default();
-        handles.extend(messages.iter().filter_map(|m| m.receipt_handle.clone()));
-        let fresh: Vec<DeadLetter> = messages
+        let fresh: Vec<(DeadLetter, String)> = messages
             .into_iter()
-            .map(|m| DeadLetter {
-                receive_count: m
-                    .attributes()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0),
-                message_id: m.message_id.unwrap_or_default(),
-                body: m.body.unwrap_or_default(),
+            .filter_map(|m| {
+                let letter = DeadLetter {
+                    receive_count: m
+                        .attributes()
+                        .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0),
+                    message_id: m.message_id.clone().unwrap_or_default(),
+                    body: m.body.clone().unwrap_or_default(),
+                };
+                m.receipt_handle.map(|handle| (letter, handle))
             })
-            .filter(|m| !listed.iter().any(|l| l.message_id == m.message_id))
+            .filter(|(m, _)| !received.iter().any(|(r, _)| r.message_id == m.message_id))
             .collect();
         if fresh.is_empty() {
             break;
         }
-        listed.extend(fresh);
+        received.extend(fresh);
     }
-    for handle in handles {
-        sqs.change_message_visibility()
-            .queue_url(dead_letter_url)
-            .receipt_handle(handle)
-            .visibility_timeout(0)
-            .send()
-            .await?;
-    }
-    Ok(listed)
+    Ok(received)
+}
+
+/// Makes a received message visible again.
+async fn release(sqs: &Client, queue_url: &str, handle: &str) -> anyhow::Result<()> {
+    sqs.change_message_visibility().queue_url(queue_url).receipt_handle(handle).visibility_timeout(0).send().await?;
+    Ok(())
 }
 
 /// Moves every message of the dead-letter queue back to `queue_url` (sent, then deleted from the dead-letter

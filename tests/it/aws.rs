@@ -310,3 +310,27 @@ async fn dead_letters_are_listed_and_sent_back_to_their_queue() {
     let back = sqs.receive_message().queue_url(&queue).send().await.unwrap();
     assert_eq!(back.messages()[0].body(), Some(r#"{"poison": true}"#));
 }
+
+/// After a forget, `purge` deletes the dead-letter messages of that organisation (they may quote what was forgotten)
+/// and leaves every other message, visible again.
+#[tokio::test]
+async fn an_organisations_dead_letters_are_purged_and_the_others_stay() {
+    use aws_edge::dead_letters;
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let dlq = sqs.create_queue().queue_name(format!("t-{}-dlq", Uuid::now_v7().simple())).send().await.unwrap();
+    let dlq = dlq.queue_url.unwrap();
+    let (forgotten, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let bodies = [
+        serde_json::json!({"organization_id": forgotten, "batch_id": "b1", "memories": [{"content": "quokka"}]}),
+        serde_json::json!({"organization_id": forgotten, "job_type": "memory_forget", "selector": "organization"}),
+        serde_json::json!({"organization_id": other, "batch_id": "b2", "memories": []}),
+    ];
+    for body in &bodies {
+        sqs.send_message().queue_url(&dlq).message_body(body.to_string()).send().await.unwrap();
+    }
+    sqs.send_message().queue_url(&dlq).message_body("not json").send().await.unwrap();
+    assert_eq!(dead_letters::purge(&sqs, &dlq, &forgotten.to_string()).await.unwrap(), 2);
+    let mut left: Vec<String> = dead_letters::list(&sqs, &dlq).await.unwrap().into_iter().map(|m| m.body).collect();
+    left.sort();
+    assert_eq!(left, vec!["not json".to_string(), bodies[2].to_string()]);
+}

@@ -239,6 +239,14 @@ enum JobsCommand {
         #[arg(long)]
         job: Option<String>,
     },
+    /// Deletes an organisation's messages from the dead-letter queues (after forgetting: they may quote what was
+    /// forgotten, and the queues keep them 14 days).
+    Purge {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        job: Option<String>,
+    },
 }
 
 #[tokio::main]
@@ -379,8 +387,15 @@ async fn main() -> anyhow::Result<()> {
             tx.commit().await?;
         }
         Command::Jobs { command: JobsCommand::Status } => operate::jobs_status(&admin_pool()?).await?,
-        Command::Jobs { command: JobsCommand::Dead { job } } => operate::dead_letters(job.as_deref(), false).await?,
-        Command::Jobs { command: JobsCommand::Redrive { job } } => operate::dead_letters(job.as_deref(), true).await?,
+        Command::Jobs { command: JobsCommand::Dead { job } } => {
+            operate::dead_letters(job.as_deref(), operate::DeadLetterAction::List).await?
+        }
+        Command::Jobs { command: JobsCommand::Redrive { job } } => {
+            operate::dead_letters(job.as_deref(), operate::DeadLetterAction::Redrive).await?
+        }
+        Command::Jobs { command: JobsCommand::Purge { org, job } } => {
+            operate::dead_letters(job.as_deref(), operate::DeadLetterAction::Purge(org)).await?
+        }
         Command::Events { wait } => {
             let printed = operate::watch_events(wait).await?;
             eprintln!("{printed} events");

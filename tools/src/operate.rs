@@ -229,9 +229,18 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
 /// The most skipped or unreadable files `jobs status` lists per organisation.
 const SHOWN_FILES: i64 = 200;
 
-/// Lists (or, with `redrive`, sends back) the messages on the dead-letter queues of every job's queue, or of one
-/// job's (named by its worker: ingest, dedup, ...).
-pub async fn dead_letters(job: Option<&str>, redrive: bool) -> anyhow::Result<()> {
+/// What `memory-admin jobs` does with the dead-letter queues' messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterAction {
+    List,
+    Redrive,
+    /// Delete those of this organisation.
+    Purge(Uuid),
+}
+
+/// Lists, sends back or purges the messages on the dead-letter queues of every job's queue, or of one job's (named
+/// by its worker: ingest, dedup, ...).
+pub async fn dead_letters(job: Option<&str>, action: DeadLetterAction) -> anyhow::Result<()> {
     let jobs: Vec<JobType> = match job {
         Some(name) => {
             vec![JobType::ALL.into_iter().find(|j| j.function() == name || j.as_str() == name).ok_or_else(|| {
@@ -247,19 +256,25 @@ pub async fn dead_letters(job: Option<&str>, redrive: bool) -> anyhow::Result<()
             println!("{}: no dead-letter queue", job.as_str());
             continue;
         };
-        if redrive && job == JobType::MemoryIngest {
-            // A message sent again carries the operator's SenderId, and the producer check would judge it under the
-            // operator's grant: the producer sends it again instead.
-            println!("{}: not redriven (a producer's message must come from the producer)", job.as_str());
-            continue;
-        }
-        if redrive {
-            println!("{}: {} messages sent back", job.as_str(), dead_letters::redrive(&sqs, &dead, &url).await?);
-            continue;
-        }
-        for message in dead_letters::list(&sqs, &dead).await? {
-            let body: String = message.body.chars().take(200).collect();
-            println!("{} {} received {}x: {body}", job.as_str(), message.message_id, message.receive_count);
+        match action {
+            DeadLetterAction::Redrive if job == JobType::MemoryIngest => {
+                // A message sent again carries the operator's SenderId, and the producer check would judge it under
+                // the operator's grant: the producer sends it again instead.
+                println!("{}: not redriven (a producer's message must come from the producer)", job.as_str());
+            }
+            DeadLetterAction::Redrive => {
+                println!("{}: {} messages sent back", job.as_str(), dead_letters::redrive(&sqs, &dead, &url).await?);
+            }
+            DeadLetterAction::Purge(org) => {
+                let purged = dead_letters::purge(&sqs, &dead, &org.to_string()).await?;
+                println!("{}: {purged} messages of {org} deleted", job.as_str());
+            }
+            DeadLetterAction::List => {
+                for message in dead_letters::list(&sqs, &dead).await? {
+                    let body: String = message.body.chars().take(200).collect();
+                    println!("{} {} received {}x: {body}", job.as_str(), message.message_id, message.receive_count);
+                }
+            }
         }
     }
     Ok(())
