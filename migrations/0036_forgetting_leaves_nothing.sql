@@ -1,8 +1,24 @@
 -- Forgetting leaves no word behind, and producers forget what they wrote and anchor no chunk unless granted.
 --
 -- The keyword index's rows of words no memory holds any more are deleted (lists and statistics), so memory_app
--- may delete them.
+-- may delete them; those left before (empty lists, statistics summing to zero) are deleted here, with the gone
+-- records of lists that no longer exist. The owner reads every organisation's rows meanwhile.
 GRANT DELETE ON memory_term_stats, memory_posting_list TO memory_app;
+ALTER TABLE memory_posting_list NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_posting_gone NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_term_stats NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_posting NO FORCE ROW LEVEL SECURITY;
+DELETE FROM memory_posting_list l WHERE NOT EXISTS (
+    SELECT 1 FROM memory_posting p WHERE p.organization_id = l.organization_id AND p.lexeme = l.lexeme);
+DELETE FROM memory_posting_gone g WHERE NOT EXISTS (
+    SELECT 1 FROM memory_posting_list l WHERE l.organization_id = g.organization_id AND l.lexeme = g.lexeme);
+DELETE FROM memory_term_stats t USING (
+    SELECT organization_id, lexeme FROM memory_term_stats GROUP BY organization_id, lexeme HAVING sum(doc_count) = 0) z
+WHERE t.organization_id = z.organization_id AND t.lexeme = z.lexeme;
+ALTER TABLE memory_posting_list FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_posting_gone FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_term_stats FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_posting FORCE ROW LEVEL SECURITY;
 
 -- A taxonomy node an operator imported (memory-admin taxonomy import) is curated and stays when no memory uses it;
 -- a node ingestion created is deleted when the last memory tagged under it is forgotten. Nodes recorded before this
@@ -13,9 +29,10 @@ ALTER TABLE memory_taxonomy_node ADD COLUMN curated boolean NOT NULL DEFAULT fal
 -- forgotten.
 CREATE INDEX memory_profile_of_entity ON memory (organization_id, source_ref) WHERE source_kind = 'synthesis';
 
--- Who sent a batch (the role of its SQS sender; NULL: an operator's import, or a batch recorded before this
--- migration), so that a producer's forget request reaches what it wrote only, unless its grant says otherwise.
-ALTER TABLE memory_ingest_batch ADD COLUMN sender text;
+-- The producer whose batch wrote a memory (the role of its SQS sender; NULL: an operator's import, the service's
+-- own rows, or a memory written before this migration), so that a producer's forget request reaches what it wrote
+-- only, unless its grant says otherwise.
+ALTER TABLE memory ADD COLUMN sender text;
 ALTER TABLE memory_producer ADD COLUMN forgets_any boolean NOT NULL DEFAULT false;
 -- Only a repository importer (memory-admin import-repo's sender) writes memories anchored to a file's chunk: a
 -- producer's anchored "copy" of a chunk would otherwise take the chunk's place.

@@ -22,7 +22,20 @@ const FLUSH_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Delivery {
     /// The principal that sent it (`SenderId`: an IAM user or role id).
     pub sender_id: Option<String>,
+    /// When the handler should be done: the invocation's deadline less what the batch needs after its messages
+    /// (None: no deadline, as locally).
+    pub deadline: Option<std::time::Instant>,
 }
+
+impl Delivery {
+    /// The time left before the deadline, at most `budget`.
+    pub fn budget(&self, budget: std::time::Duration) -> std::time::Duration {
+        self.deadline.map_or(budget, |d| d.saturating_duration_since(std::time::Instant::now()).min(budget))
+    }
+}
+
+/// What an invocation keeps for the outbox flush and its response after its messages.
+const AFTER_MESSAGES: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A worker: what its messages look like and how one is applied.
 pub trait JobHandler: Send + Sync + 'static {
@@ -37,6 +50,17 @@ pub async fn process<H: JobHandler>(
     relay: Option<&OutboxRelay>,
     event: SqsEvent,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+    process_until(handler, relay, event, None).await
+}
+
+/// [`process`] in an invocation that ends at `ends` (handlers that work in steps stop in time for it).
+pub async fn process_until<H: JobHandler>(
+    handler: &H,
+    relay: Option<&OutboxRelay>,
+    event: SqsEvent,
+    ends: Option<std::time::Instant>,
+) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+    let deadline = ends.map(|e| e.checked_sub(AFTER_MESSAGES).unwrap_or(e));
     let mut response = SqsBatchResponse::default();
     // The organisations whose outboxes the batch wrote to: relayed once each, after the batch.
     let mut written = std::collections::BTreeSet::new();
@@ -49,7 +73,7 @@ pub async fn process<H: JobHandler>(
             let job: H::Job = serde_json::from_str(body).map_err(|e| anyhow::anyhow!("malformed message body: {e}"))?;
             H::Job::TYPE.expect(job.job_type())?;
             let organization_id = job.organization_id();
-            let delivery = Delivery { sender_id: record.attributes.get("SenderId").cloned() };
+            let delivery = Delivery { sender_id: record.attributes.get("SenderId").cloned(), deadline };
             written.insert(organization_id);
             handler.handle(job, &delivery).await?;
             Ok::<_, anyhow::Error>(())
@@ -100,7 +124,12 @@ pub async fn run<H: JobHandler>(handler: H, pool: PgPool) -> Result<(), lambda_r
     let relay = Arc::new(crate::relay::relay_from_env(pool).await?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let (handler, relay) = (handler.clone(), relay.clone());
-        async move { process(handler.as_ref(), Some(relay.as_ref()), event.payload).await }
+        // The context's deadline is in milliseconds since the epoch.
+        let left = (event.context.deadline as u128).saturating_sub(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis(),
+        );
+        let ends = std::time::Instant::now() + std::time::Duration::from_millis(left as u64);
+        async move { process_until(handler.as_ref(), Some(relay.as_ref()), event.payload, Some(ends)).await }
     }))
     .await
 }

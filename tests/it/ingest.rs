@@ -1081,6 +1081,9 @@ async fn a_producers_forget_reaches_what_it_sent_and_continues_in_follow_up_jobs
         .ingest(&batch(org, "operator", vec![turn(theirs[1])]), Admission::Candidate)
         .await
         .unwrap();
+    // The same text as another producer's memory: stored once, and still that producer's.
+    let duplicate = json!({"organization_id": org, "batch_id": "dup", "memories": [turn(theirs[0])]});
+    assert!(deliver("duplicate", duplicate).await.is_empty());
     let left = async || -> Vec<String> {
         sqlx::query_scalar("SELECT content FROM memory WHERE organization_id = $1 AND status <> 'forgotten' ORDER BY 1")
             .bind(org)

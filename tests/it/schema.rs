@@ -326,10 +326,16 @@ async fn the_packing_migration_lists_every_organisations_postings_when_its_role_
         sqlx::raw_sql(&migration.sql).execute(&admin).await.unwrap();
     }
     let org = Uuid::now_v7();
+    // Inserted as the schema before 0033 has it (today's insert names later columns).
     let mut tx = memory_core::store::begin_for_org(&admin, org).await.unwrap();
-    let new =
-        memory_core::domain::NewMemory::new(org, memory_core::domain::MemoryType::Semantic, "kestrel osprey heron");
-    memory_core::store::memories::insert(&mut *tx, &new).await.unwrap();
+    sqlx::query(
+        "INSERT INTO memory (organization_id, id, scope, memory_type, content) \
+         VALUES ($1, gen_random_uuid(), 'org', 'semantic', 'kestrel osprey heron')",
+    )
+    .bind(org)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx.commit().await.unwrap();
 
     let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
@@ -504,4 +510,60 @@ async fn take_the_schema_back(session: &mut sqlx::PgConnection, owner: &str) {
     .execute(session)
     .await
     .unwrap();
+}
+
+/// Migration 0036 deletes what forgetting used to leave in the keyword index (lists packed empty, statistics of
+/// words no memory holds, records of postings gone from lists that no longer exist), in every organisation when
+/// its role has no BYPASSRLS, and keeps the rows of words memories still hold.
+#[sqlx::test(migrations = false)]
+async fn the_forgetting_migration_deletes_the_keyword_rows_of_words_no_memory_holds(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let admin = opts.connect_with(conn).await.unwrap();
+    let (earlier, later): (Vec<_>, Vec<_>) =
+        memory_core::store::MIGRATOR.iter().filter(|m| m.version <= 36).partition(|m| m.version < 36);
+    for migration in earlier {
+        sqlx::raw_sql(&migration.sql).execute(&admin).await.unwrap();
+    }
+    let orgs = [Uuid::now_v7(), Uuid::now_v7()];
+    for org in orgs {
+        let mut tx = memory_core::store::begin_for_org(&admin, org).await.unwrap();
+        sqlx::query(
+            "INSERT INTO memory (organization_id, id, scope, memory_type, content) \
+             VALUES ($1, gen_random_uuid(), 'org', 'semantic', 'kestrel osprey')",
+        )
+        .bind(org)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        // What a forgotten "the train leaves on Thursdays" left: an empty list, statistics summing to zero in two
+        // shards, and a record of a posting gone from a list that is no more.
+        for sql in [
+            "INSERT INTO memory_posting_list (organization_id, lexeme, postings) VALUES ($1, 'thursday', ''::bytea)",
+            "INSERT INTO memory_term_stats (organization_id, lexeme, shard, doc_count) \
+             VALUES ($1, 'thursday', 90, 0), ($1, 'train', 90, 1), ($1, 'train', 91, -1)",
+            "INSERT INTO memory_posting_gone (organization_id, lexeme, memory_id) VALUES ($1, 'leav', gen_random_uuid())",
+        ] {
+            sqlx::query(sql).bind(org).execute(&mut *tx).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+
+    let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
+    let mut session = admin.acquire().await.unwrap();
+    hand_the_schema_to(&mut session, &owner).await;
+    sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", later[0].sql)).execute(&mut *session).await.unwrap();
+    take_the_schema_back(&mut session, &owner).await;
+
+    for org in orgs {
+        let words =
+            async |sql: &str| -> Vec<String> { sqlx::query_scalar(sql).bind(org).fetch_all(&admin).await.unwrap() };
+        let stats = "SELECT DISTINCT lexeme FROM memory_term_stats WHERE organization_id = $1 ORDER BY 1";
+        assert_eq!(words(stats).await, ["kestrel", "osprey"]);
+        assert!(words("SELECT lexeme FROM memory_posting_list WHERE organization_id = $1").await.is_empty());
+        assert!(words("SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1").await.is_empty());
+        let postings = "SELECT DISTINCT lexeme FROM memory_posting WHERE organization_id = $1 ORDER BY 1";
+        assert_eq!(words(postings).await, ["kestrel", "osprey"], "the postings of words memories hold stay");
+    }
 }

@@ -178,33 +178,48 @@ struct FetchedKeys {
     url: String,
     client: reqwest::Client,
     floor: Duration,
-    cache: tokio::sync::Mutex<Cached>,
+    /// Read by every token; written only after a fetch.
+    cache: std::sync::RwLock<Cached>,
+    /// Held by the one request that fetches; the others use the keys they have meanwhile.
+    fetching: tokio::sync::Mutex<()>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Cached {
     keys: Option<(Arc<JwkSet>, Instant)>,
     attempted: Option<Instant>,
 }
 
 impl FetchedKeys {
+    fn cached(&self) -> Cached {
+        self.cache.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// The key set, fetched first when there is none, when it is old, or (`refresh`) when a token names a key it
-    /// lacks; a failed fetch keeps the set it had.
+    /// lacks, at most once per floor; a failed fetch keeps the set it had. One request fetches at a time; another
+    /// that has keys goes on with them, and one without waits for the fetch.
     async fn keys(&self, refresh: bool) -> Result<Arc<JwkSet>, String> {
-        let mut cache = self.cache.lock().await;
-        let may_fetch = cache.attempted.is_none_or(|at| at.elapsed() >= self.floor);
-        let due = match &cache.keys {
-            None => true,
-            Some((_, fetched)) => refresh || fetched.elapsed() >= KEYS_MAX_AGE,
-        };
+        let cached = self.cached();
+        let due = cached.keys.as_ref().is_none_or(|(_, fetched)| refresh || fetched.elapsed() >= KEYS_MAX_AGE);
+        let may_fetch = cached.attempted.is_none_or(|at| at.elapsed() >= self.floor);
         if due && may_fetch {
-            cache.attempted = Some(Instant::now());
-            match self.fetch().await {
-                Ok(keys) => cache.keys = Some((Arc::new(keys), Instant::now())),
-                Err(error) => tracing::warn!(url = %self.url, %error, "the issuer's keys could not be fetched"),
+            let fetching = match self.fetching.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(_) if cached.keys.is_none() || refresh => Some(self.fetching.lock().await),
+                Err(_) => None,
+            };
+            // Another request may have fetched while this one waited.
+            if fetching.is_some() && self.cached().attempted == cached.attempted {
+                let fetched = self.fetch().await;
+                let mut cache = self.cache.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                cache.attempted = Some(Instant::now());
+                match fetched {
+                    Ok(keys) => cache.keys = Some((Arc::new(keys), Instant::now())),
+                    Err(error) => tracing::warn!(url = %self.url, %error, "the issuer's keys could not be fetched"),
+                }
             }
         }
-        cache.keys.as_ref().map(|(keys, _)| keys.clone()).ok_or_else(|| "no keys fetched from the issuer".into())
+        self.cached().keys.map(|(keys, _)| keys).ok_or_else(|| "no keys fetched from the issuer".into())
     }
 
     async fn fetch(&self) -> Result<JwkSet, String> {
@@ -230,7 +245,8 @@ impl JwksVerifier {
             url: url.into(),
             client,
             floor: KEYS_REFRESH_FLOOR,
-            cache: tokio::sync::Mutex::new(Cached::default()),
+            cache: std::sync::RwLock::new(Cached::default()),
+            fetching: tokio::sync::Mutex::new(()),
         };
         Self::with(KeySource::Fetched(fetched), issuer, audiences)
     }

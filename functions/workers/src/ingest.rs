@@ -4,7 +4,7 @@
 //! organisation, claiming no more trust than its grant (`MEMORY_PRODUCERS`, `registered` unless set to `any`).
 //! `memory_forget` requests come on the same queue: a sender with a `verified` grant forgets what a selector
 //! matches among what it sent (anything, with a grant that says so), for at most the ingestor's forget budget a
-//! delivery; what is left continues in follow-up jobs on this queue.
+//! delivery and never past the invocation's deadline; what is left continues in follow-up jobs on this queue.
 
 use memory_core::{
     ingest::{IngestMessage, Ingestor},
@@ -35,11 +35,18 @@ impl JobHandler for Worker<Ingestor> {
                 let progress = match (request.selector, request.continues) {
                     (Some(selector), None) => {
                         let what = self.service.forgetting(org, delivery.sender_id.as_deref(), selector).await?;
-                        forget::forget_requested(&self.pool, org, &what, self.service.forget_budget()).await?
+                        forget::forget_requested(&self.pool, org, &what, delivery.budget(self.service.forget_budget()))
+                            .await?
                     }
                     // A follow-up continues a request that was authorised when it was recorded.
                     (None, Some(request_id)) => {
-                        forget::forget_continued(&self.pool, org, request_id, self.service.forget_budget()).await?
+                        forget::forget_continued(
+                            &self.pool,
+                            org,
+                            request_id,
+                            delivery.budget(self.service.forget_budget()),
+                        )
+                        .await?
                     }
                     _ => anyhow::bail!(memory_core::Error::validation(
                         "a memory_forget request names either a selector or the request it continues"

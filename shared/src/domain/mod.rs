@@ -162,6 +162,10 @@ pub struct NewMemory {
     pub provenance: Provenance,
     pub tags: Vec<String>,
     pub labels: serde_json::Value,
+    /// The role of the producer whose batch wrote it (None: an operator's import, or the service's own rows):
+    /// whose forget requests reach it. Not copied to the rows that replace it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<String>,
 }
 
 /// Where a file-backed memory's text sits in its file: the chunk it was written from (`code::chunk`).
@@ -216,6 +220,7 @@ impl NewMemory {
             },
             tags: Vec::new(),
             labels: serde_json::json!({}),
+            sender: None,
         }
     }
 

@@ -259,7 +259,10 @@ impl Ingestor {
         sender: Option<&str>,
     ) -> crate::Result<IngestReceipt> {
         let org = batch.organization_id;
-        let checked = check(batch)?;
+        let mut checked = check(batch)?;
+        for c in &mut checked {
+            c.new.sender = sender.map(|s| store::producers::role(s).to_owned());
+        }
         let digest = digest(batch);
         let mut tx = store::begin_for_org(&self.pool, org).await?;
         let seen = store::ingest::ingested_batch(&mut tx, org, &batch.batch_id).await?;
@@ -270,10 +273,7 @@ impl Ingestor {
         let vectors = self.embed(&checked).await?;
 
         let mut tx = store::begin_for_org(&self.pool, org).await?;
-        if let Some(seen) =
-            store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest, sender.map(store::producers::role))
-                .await?
-        {
+        if let Some(seen) = store::ingest::reserve_batch(&mut tx, org, &batch.batch_id, &digest).await? {
             return replay_or_refuse(batch, &digest, seen);
         }
         // The batch's entities and taxonomy nodes first, in one sorted pass: without row locks on existing ones,

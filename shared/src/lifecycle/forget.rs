@@ -2,7 +2,9 @@
 //! every memory derived from them (the merges that replaced them, every profile of the entities they mention),
 //! become tombstones in bounded passes of one transaction each, so a large selection is forgotten in steps and an
 //! interrupted run goes on where it stopped; running it again changes nothing. Each forgotten memory writes
-//! `memory.forgotten` (its id only). After the passes, the keyword index keeps no row of a word no memory holds.
+//! `memory.forgotten` (its id only); the sources of a forgotten merge that are not forgotten are reinstated, and the
+//! entities that remain are queued for synthesis. After each pass the keyword index keeps no row of a word no memory
+//! holds (the postings of words others hold leave their packed lists at the next packing).
 //!
 //! A request from the queue runs within a time budget; what is left continues in a follow-up job
 //! ([`forget_requested`], [`forget_continued`]).
@@ -14,8 +16,8 @@ use uuid::Uuid;
 
 pub use crate::store::forget::{ForgetSelector, Forgetting};
 use crate::{
-    jobs::JobType,
-    store::{self, outbox},
+    jobs::{EntitySynthesisJob, JobType},
+    store::{self, outbox, transitions},
 };
 
 /// Memories one pass takes at most (with what was derived from them).
@@ -23,7 +25,7 @@ pub const PER_PASS: i64 = 100;
 /// How long one delivery of a forget request forgets by default (the ingest function has 60 s, and its batch's
 /// other messages and the outbox flush come after).
 pub const DELIVERY_BUDGET: Duration = Duration::from_secs(20);
-/// How long the keyword index's cleanup waits for the organisation's writers.
+/// How long the keyword index's cleanup waits for other transactions.
 const TIDY_WAIT: Duration = Duration::from_secs(5);
 
 /// One pass: up to [`PER_PASS`] matching memories and their derived ones forgotten; returns how many (0: done).
@@ -42,21 +44,29 @@ pub async fn forget_pass(pool: &PgPool, organization_id: Uuid, what: &Forgetting
         ids.extend(&derived);
         frontier = derived;
     }
-    store::forget::erase(&mut tx, organization_id, &ids).await?;
+    let erased = store::forget::erase(&mut tx, organization_id, &ids).await?;
     for id in &ids {
         outbox::append(&mut *tx, organization_id, "memory.forgotten", serde_json::json!({ "memory_id": id })).await?;
     }
+    // A merge forgotten: the sources it replaced that are not forgotten are current again.
+    for source in store::forget::sources_of_merges(&mut tx, organization_id, &ids).await? {
+        transitions::reinstate(&mut tx, organization_id, source, "merge_forgotten").await?;
+    }
+    // The entities that remain lost their profiles: synthesis writes them again from what remains, when due.
+    for entity in erased.entities {
+        let job = serde_json::to_value(EntitySynthesisJob::new(organization_id, entity)).expect("a job serialises");
+        store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryEntitySynthesis, job).await?;
+    }
     tx.commit().await?;
+    // The words only the forgotten memories held leave the keyword index now.
+    if !store::keyword::drop_unheld(pool, organization_id, &erased.lexemes, TIDY_WAIT).await? {
+        tracing::warn!(%organization_id, "keyword rows of forgotten words kept: other transactions held them");
+    }
     Ok(ids.len())
 }
 
-/// After the passes: the keyword lists and statistics of words no memory holds any more are deleted, and
-/// forgetting a project or the organisation deletes the list of files its imports left out.
+/// After the passes: forgetting a project or the organisation deletes the list of files its imports left out.
 pub async fn tidy(pool: &PgPool, organization_id: Uuid, selector: &ForgetSelector) -> crate::Result<()> {
-    store::keyword::pack_deleted(pool, organization_id).await?;
-    if !store::keyword::purge_unused_terms(pool, organization_id, TIDY_WAIT).await? {
-        tracing::warn!(%organization_id, "unused keyword statistics kept: the organisation's writers held them");
-    }
     let project = match selector {
         ForgetSelector::Project(project) => Some(Some(*project)),
         ForgetSelector::Organization => Some(None),

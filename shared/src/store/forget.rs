@@ -22,8 +22,8 @@ pub enum ForgetSelector {
     Organization,
 }
 
-/// What a forget request reaches: the memories `selector` matches, and with `sender` only those of batches that
-/// sender sent (a producer whose grant does not say organisation-wide).
+/// What a forget request reaches: the memories `selector` matches, and with `sender` only those that sender's batches
+/// wrote (a producer whose grant does not say organisation-wide).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Forgetting {
     pub selector: ForgetSelector,
@@ -37,8 +37,8 @@ impl Forgetting {
     }
 }
 
-/// Up to `limit` memories the selector matches that are not forgotten yet, locked; with `sender`, only memories of
-/// batches that sender sent.
+/// Up to `limit` memories the selector matches that are not forgotten yet, locked; with `sender`, only memories that
+/// sender's batches wrote.
 pub async fn matching(
     conn: &mut PgConnection,
     organization_id: Uuid,
@@ -49,9 +49,7 @@ pub async fn matching(
     let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE m.organization_id = ");
     qb.push_bind(organization_id).push(" AND m.status <> 'forgotten' AND ");
     if let Some(sender) = sender {
-        qb.push("m.id IN (SELECT unnest(memory_ids) FROM memory_ingest_batch WHERE organization_id = m.organization_id AND sender = ")
-            .push_bind(sender.to_owned())
-            .push(") AND ");
+        qb.push("m.sender = ").push_bind(sender.to_owned()).push(" AND ");
     }
     match selector {
         ForgetSelector::Memories(ids) => qb.push("m.id = ANY(").push_bind(ids.clone()).push(")"),
@@ -88,12 +86,28 @@ pub async fn derived_from(conn: &mut PgConnection, organization_id: Uuid, ids: &
     .await
 }
 
+/// What an erasure touched besides the memories.
+#[derive(Debug, Default)]
+pub struct Erased {
+    /// The keyword lexemes the memories held (some may be held by no memory now).
+    pub lexemes: Vec<String>,
+    /// The entities they mentioned that other memories still mention.
+    pub entities: Vec<Uuid>,
+}
+
 /// Erases the memories to tombstones: content, context, embedding, tags, labels, file and anchor gone, their
 /// mentions, taxonomy tags and profile partitions removed, with what else names them (dedup pairs, contradiction
 /// reviews, held decisions, their batches' digests of the texts) and the entity and taxonomy names no memory uses any
 /// more; ids, times, status and chain links stay.
-pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid]) -> sqlx::Result<u64> {
+pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid]) -> sqlx::Result<Erased> {
     let ids = ids.to_vec();
+    let lexemes: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT lexeme FROM memory_posting WHERE organization_id = $1 AND memory_id = ANY($2) ORDER BY 1",
+    )
+    .bind(organization_id)
+    .bind(&ids)
+    .fetch_all(&mut *conn)
+    .await?;
     let entities: Vec<Uuid> = sqlx::query_scalar(
         "SELECT DISTINCT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = ANY($2)",
     )
@@ -122,7 +136,7 @@ pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid])
     ] {
         sqlx::query(sql).bind(organization_id).bind(&ids).execute(&mut *conn).await?;
     }
-    let erased = sqlx::query(
+    sqlx::query(
         "UPDATE memory SET status = 'forgotten', content = '', context = NULL, embedding = NULL, content_hash = NULL, \
              tags = '{}', labels = '{}', file_backed = false, file_path = NULL, anchor = NULL, repository = NULL, \
              source_ref = NULL, file_scan_error = NULL, updated_at = now() \
@@ -131,30 +145,49 @@ pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid])
     .bind(organization_id)
     .bind(&ids)
     .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    unused_entities(&mut *conn, organization_id, &entities).await?;
+    .await?;
+    let entities = unused_entities(&mut *conn, organization_id, &entities).await?;
     unused_nodes(&mut *conn, organization_id, nodes).await?;
-    Ok(erased)
+    Ok(Erased { lexemes, entities })
 }
 
-/// Deletes those of `entities` no memory mentions any more. They are locked first, so an ingest naming one meanwhile
-/// either committed its mention before (the entity stays) or fails on the deleted entity and is delivered again.
-async fn unused_entities(conn: &mut PgConnection, organization_id: Uuid, entities: &[Uuid]) -> sqlx::Result<()> {
+/// The memories that merges among `ids` superseded and that are not forgotten themselves (their merge is gone, so
+/// they are current again).
+pub async fn sources_of_merges(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    ids: &[Uuid],
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar(
+        "SELECT s.id FROM memory s JOIN memory d ON d.organization_id = s.organization_id AND d.id = s.superseded_by \
+         WHERE s.organization_id = $1 AND s.superseded_by = ANY($2) AND s.status = 'superseded' \
+           AND d.source_kind = 'merge' AND s.id <> ALL($2) ORDER BY s.id",
+    )
+    .bind(organization_id)
+    .bind(ids.to_vec())
+    .fetch_all(conn)
+    .await
+}
+
+/// Deletes those of `entities` no memory mentions any more, and returns the others. They are locked first, so an
+/// ingest naming one meanwhile either committed its mention before (the entity stays) or fails on the deleted entity
+/// and is delivered again.
+async fn unused_entities(conn: &mut PgConnection, organization_id: Uuid, entities: &[Uuid]) -> sqlx::Result<Vec<Uuid>> {
     sqlx::query("SELECT 1 FROM memory_entity WHERE organization_id = $1 AND id = ANY($2) ORDER BY id FOR UPDATE")
         .bind(organization_id)
         .bind(entities.to_vec())
         .execute(&mut *conn)
         .await?;
-    sqlx::query(
+    let deleted: Vec<Uuid> = sqlx::query_scalar(
         "DELETE FROM memory_entity e WHERE e.organization_id = $1 AND e.id = ANY($2) AND NOT EXISTS (\
-             SELECT 1 FROM memory_entity_mention mn WHERE mn.organization_id = $1 AND mn.entity_id = e.id)",
+             SELECT 1 FROM memory_entity_mention mn WHERE mn.organization_id = $1 AND mn.entity_id = e.id) \
+         RETURNING e.id",
     )
     .bind(organization_id)
     .bind(entities.to_vec())
-    .execute(conn)
-    .await
-    .map(|_| ())
+    .fetch_all(conn)
+    .await?;
+    Ok(entities.iter().filter(|e| !deleted.contains(e)).copied().collect())
 }
 
 /// Deletes those of `nodes` that ingestion created (not curated) and under which no memory is tagged any more, and

@@ -18,23 +18,21 @@ pub struct IngestedBatch {
     pub digest: Option<String>,
 }
 
-/// Reserves `batch_id` for this transaction, recording the batch's `digest` and the role that sent it. None: the caller ingests it; Some: it
+/// Reserves `batch_id` for this transaction, recording the batch's `digest`. None: the caller ingests it; Some: it
 /// was ingested before (a concurrent delivery waits here until the first commits, then gets its record).
 pub async fn reserve_batch(
     conn: &mut PgConnection,
     organization_id: Uuid,
     batch_id: &str,
     digest: &str,
-    sender: Option<&str>,
 ) -> sqlx::Result<Option<IngestedBatch>> {
     let reserved = sqlx::query(
-        "INSERT INTO memory_ingest_batch (organization_id, batch_id, memory_ids, digest, sender) \
-         VALUES ($1, $2, '{}', $3, $4) ON CONFLICT DO NOTHING",
+        "INSERT INTO memory_ingest_batch (organization_id, batch_id, memory_ids, digest) VALUES ($1, $2, '{}', $3) \
+         ON CONFLICT DO NOTHING",
     )
     .bind(organization_id)
     .bind(batch_id)
     .bind(digest)
-    .bind(sender)
     .execute(&mut *conn)
     .await?
     .rows_affected()

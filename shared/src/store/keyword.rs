@@ -290,16 +290,6 @@ pub const REPACK_SHARE: i64 = 16;
 /// `memory_posting_gone` at the next packing), or when its postings written since reach [`REPACK_SHARE`] of the list
 /// (a new lexeme's always do). Retrieval is exact whether or not this runs; what it saves is reading tails row by row.
 pub async fn pack(pool: &PgPool, organization_id: Uuid, max_postings: i64) -> sqlx::Result<u64> {
-    pack_due(pool, organization_id, max_postings, false).await
-}
-
-/// Packs again every list a posting was deleted from (a forgotten memory's words leave the lists now, and a list
-/// left empty is deleted); returns how many lexemes it packed.
-pub async fn pack_deleted(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<u64> {
-    pack_due(pool, organization_id, i64::MAX, true).await
-}
-
-async fn pack_due(pool: &PgPool, organization_id: Uuid, max_postings: i64, deleted_only: bool) -> sqlx::Result<u64> {
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     // One packing of an organisation at a time: a second one's snapshot, taken before the first commits, would see
     // the postings the first marks packed neither as packed nor as its own to mark.
@@ -323,7 +313,7 @@ async fn pack_due(pool: &PgPool, organization_id: Uuid, max_postings: i64, delet
                         row_number() OVER w AS position, \
                         sum(p.n + coalesce(octet_length(l.postings), 0) / 24) OVER w AS work \
                  FROM pending p LEFT JOIN memory_posting_list l ON l.organization_id = $1 AND l.lexeme = p.lexeme \
-                 WHERE p.gone OR (NOT $4 AND p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24) \
+                 WHERE p.gone OR p.n * $3 >= coalesce(octet_length(l.postings), 0) / 24 \
                  WINDOW w AS (ORDER BY p.n DESC, p.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
              WHERE position = 1 OR work <= $2), \
          claimed AS (\
@@ -353,7 +343,6 @@ async fn pack_due(pool: &PgPool, organization_id: Uuid, max_postings: i64, delet
     .bind(organization_id)
     .bind(max_postings)
     .bind(REPACK_SHARE)
-    .bind(deleted_only)
     .fetch_one(&mut *tx)
     .await?;
     let packed: i64 = sqlx::Row::get(&packed, 0);
@@ -362,29 +351,57 @@ async fn pack_due(pool: &PgPool, organization_id: Uuid, max_postings: i64, delet
     Ok(packed)
 }
 
-/// Deletes the statistics of the words no memory holds any more (rows whose shards sum to zero). Every shard of the
-/// organisation is locked first, so no writer changes one of those rows meanwhile (a writer finding them all held
-/// opens a new shard, whose rows this does not touch). Waits at most `wait` for the writers holding them; false when
-/// it gave up (the next forget purges them).
-pub async fn purge_unused_terms(pool: &PgPool, organization_id: Uuid, wait: std::time::Duration) -> sqlx::Result<bool> {
+/// Deletes the keyword index's rows of those of `lexemes` no memory holds any more (a forgotten memory's own words):
+/// their lists, what is recorded gone from them, and their statistics, whose shards sum to zero. A word other memories
+/// hold keeps its list; the forgotten postings leave it at its next packing. The statistics rows are locked first, so
+/// no writer changes one meanwhile (a writer adding the word in a shard without a row of it writes a new row, which
+/// this neither sees nor deletes). Waits at most `wait` for other transactions; false when it gave up (the rows stay,
+/// unused).
+pub async fn drop_unheld(
+    pool: &PgPool,
+    organization_id: Uuid,
+    lexemes: &[String],
+    wait: std::time::Duration,
+) -> sqlx::Result<bool> {
+    if lexemes.is_empty() {
+        return Ok(true);
+    }
     let mut tx = super::begin_for_org(pool, organization_id).await?;
     sqlx::query(&format!("SET LOCAL lock_timeout = '{}ms'", wait.as_millis().max(1))).execute(&mut *tx).await?;
-    let locked = sqlx::query("SELECT 1 FROM memory_corpus_stats WHERE organization_id = $1 ORDER BY shard FOR UPDATE")
+    let dropped = async {
+        // As packing does: one rewriter of the organisation's lists at a time.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('memory_posting_list'), hashtext($1::text))")
+            .bind(organization_id)
+            .execute(&mut *tx)
+            .await?;
+        let unheld: Vec<String> = sqlx::query_scalar(
+            "SELECT l FROM unnest($2::text[]) l WHERE NOT EXISTS (\
+                 SELECT 1 FROM memory_posting p WHERE p.organization_id = $1 AND p.lexeme = l)",
+        )
         .bind(organization_id)
-        .execute(&mut *tx)
-        .await;
-    match locked {
-        Ok(_) => {}
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => return Ok(false),
+        .bind(lexemes)
+        .fetch_all(&mut *tx)
+        .await?;
+        for sql in [
+            "DELETE FROM memory_posting_list WHERE organization_id = $1 AND lexeme = ANY($2)",
+            "DELETE FROM memory_posting_gone WHERE organization_id = $1 AND lexeme = ANY($2)",
+            "SELECT 1 FROM memory_term_stats WHERE organization_id = $1 AND lexeme = ANY($2) \
+             ORDER BY lexeme, shard FOR UPDATE",
+            "DELETE FROM memory_term_stats WHERE organization_id = $1 AND lexeme IN (\
+                 SELECT lexeme FROM memory_term_stats WHERE organization_id = $1 AND lexeme = ANY($2) \
+                 GROUP BY lexeme HAVING sum(doc_count) = 0)",
+        ] {
+            sqlx::query(sql).bind(organization_id).bind(&unheld).execute(&mut *tx).await?;
+        }
+        Ok::<_, sqlx::Error>(())
+    }
+    .await;
+    match dropped {
+        Ok(()) => {}
+        // A lock not granted in time, or a deadlock with a writer: the unused rows stay.
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("55P03" | "40P01")) => return Ok(false),
         Err(e) => return Err(e),
     }
-    sqlx::query(
-        "DELETE FROM memory_term_stats WHERE organization_id = $1 AND lexeme IN (\
-             SELECT lexeme FROM memory_term_stats WHERE organization_id = $1 GROUP BY lexeme HAVING sum(doc_count) = 0)",
-    )
-    .bind(organization_id)
-    .execute(&mut *tx)
-    .await?;
     tx.commit().await?;
     Ok(true)
 }

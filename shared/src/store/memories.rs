@@ -17,9 +17,9 @@ pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Res
         "INSERT INTO memory AS m (organization_id, id, project_id, project_task_id, agent_id, scope, memory_type, \
              status, sensitivity, content, embedding, confidence, created_at, updated_at, file_backed, file_path, \
              content_hash, source_kind, source_ref, trust_level, tags, labels, expires_at, context, repository, \
-             language, anchor) \
+             language, anchor, sender) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, coalesce($13, now()), coalesce($13, now()), \
-             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25) \
+             $14 IS NOT NULL, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26) \
          RETURNING {MEMORY_COLUMNS}"
     );
     sqlx::query_as(&sql)
@@ -48,6 +48,7 @@ pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Res
         .bind(&new.repository)
         .bind(&new.language)
         .bind(new.anchor.as_ref().map(sqlx::types::Json))
+        .bind(&new.sender)
         .fetch_one(executor)
         .await
 }

@@ -93,6 +93,23 @@ pub async fn supersede(
     Ok(())
 }
 
+/// A superseded memory is current again (its successor is forgotten: a merge it was a source of).
+pub async fn reinstate(conn: &mut PgConnection, organization_id: Uuid, id: Uuid, reason: &str) -> Result<()> {
+    let affected = sqlx::query(
+        "UPDATE memory SET status = 'active', superseded_by = NULL, superseded_at = NULL, updated_at = now() \
+         WHERE organization_id = $1 AND id = $2 AND status = 'superseded'",
+    )
+    .bind(organization_id)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    exactly_one(affected, || format!("memory {id} was no longer superseded when it was to be reinstated"))?;
+    let payload = serde_json::json!({ "memory_id": id, "reason": reason });
+    outbox::append(&mut *conn, organization_id, "memory.reinstated", payload).await?;
+    Ok(())
+}
+
 /// Records that `merged` was made from `sources` (which the caller supersedes by it).
 pub async fn record_merge(
     conn: &mut PgConnection,
