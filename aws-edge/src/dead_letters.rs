@@ -71,12 +71,12 @@ pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<Dea
 /// Deletes the dead-letter queue's messages of one organisation (a JSON body whose `organization_id` is it): after
 /// a forget, what its producers sent that failed is no longer kept for the queue's 14 days. The other messages are
 /// visible again. Returns how many were deleted.
-pub async fn purge(sqs: &Client, dead_letter_url: &str, organization_id: &str) -> anyhow::Result<usize> {
+pub async fn purge(sqs: &Client, dead_letter_url: &str, organization_id: uuid::Uuid) -> anyhow::Result<usize> {
     let mut purged = 0;
     for (letter, handle) in receive_all(sqs, dead_letter_url).await? {
-        let named = serde_json::from_str::<serde_json::Value>(&letter.body)
-            .ok()
-            .is_some_and(|body| body.get("organization_id").and_then(|o| o.as_str()) == Some(organization_id));
+        let named = serde_json::from_str::<serde_json::Value>(&letter.body).ok().is_some_and(|body| {
+            body.get("organization_id").and_then(|o| o.as_str()).and_then(|o| o.parse().ok()) == Some(organization_id)
+        });
         if named {
             sqs.delete_message().queue_url(dead_letter_url).receipt_handle(handle).send().await?;
             purged += 1;
@@ -87,7 +87,8 @@ pub async fn purge(sqs: &Client, dead_letter_url: &str, organization_id: &str) -
     Ok(purged)
 }
 
-/// Every message on the queue, each with the receipt handle that hides it for [`LISTING_VISIBILITY`].
+/// Every message on the queue, each with the receipt handle that hides it for [`LISTING_VISIBILITY`] (receives wait
+/// a second for messages, so an empty answer means an empty queue, not a sampled one).
 async fn receive_all(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<(DeadLetter, String)>> {
     let mut received: Vec<(DeadLetter, String)> = Vec::new();
     loop {
@@ -96,6 +97,7 @@ async fn receive_all(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<
             .queue_url(dead_letter_url)
             .max_number_of_messages(10)
             .visibility_timeout(LISTING_VISIBILITY)
+            .wait_time_seconds(1)
             .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
             .send()
             .await?

@@ -610,7 +610,10 @@ async fn with_the_issuers_keys_the_token_is_verified_and_forged_claims_are_refus
     memory(org, "Deploy billing-api with the release pipeline").embedding(axis(0)).insert(&db).await;
     let (first, public) = ed25519_key(false);
     let (second, _) = ed25519_key(true);
-    let jwks = json!({"keys": [ed25519_jwk("k1", &public), ed25519_jwk("k2", &public_of(&second))]});
+    // A throwaway RSA key made for these tests, and its public half as a PEM and as a JWK.
+    let fixture = |name: &str| std::fs::read(format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let rsa_jwk: Value = serde_json::from_slice(&fixture("issuer-rsa.jwk.json")).unwrap();
+    let jwks = json!({"keys": [ed25519_jwk("k1", &public), ed25519_jwk("k2", &public_of(&second)), rsa_jwk]});
     let keys =
         retrieve::JwksVerifier::new(&jwks.to_string(), ISSUER, &["agent-memory".into(), "second-api".into()]).unwrap();
     let app = keyed_app(&db, keys);
@@ -635,13 +638,23 @@ async fn with_the_issuers_keys_the_token_is_verified_and_forged_claims_are_refus
     other[n - 2] ^= 1;
     assert_eq!(status(&signed("k1", &claims_for(victim), &other), victim).await, StatusCode::UNAUTHORIZED);
     assert_eq!(status("not-a-token", victim).await, StatusCode::UNAUTHORIZED);
-    // Algorithm confusion: HS256 keyed by the published public key (as its JWK and as raw bytes).
-    for secret in [ed25519_jwk("k1", &public).to_string().into_bytes(), public.clone()] {
+    let mut rs256 = Header::new(Algorithm::RS256);
+    rs256.kid = Some("rsa-1".into());
+    let rsa = EncodingKey::from_rsa_der(&fixture("issuer-rsa.der"));
+    let by_rsa = jsonwebtoken::encode(&rs256, &claims_for(org), &rsa).unwrap();
+    assert_eq!(status(&by_rsa, org).await, StatusCode::OK, "an RS256 key of the set");
+    // Algorithm confusion: HS256 keyed by a published public key (the RSA key's PEM and JWK, the Ed25519 key's).
+    for (kid, secret) in [
+        ("rsa-1", fixture("issuer-rsa.pub.pem")),
+        ("rsa-1", fixture("issuer-rsa.jwk.json")),
+        ("k1", ed25519_jwk("k1", &public).to_string().into_bytes()),
+        ("k1", public.clone()),
+    ] {
         let mut header = Header::new(Algorithm::HS256);
-        header.kid = Some("k1".into());
+        header.kid = Some(kid.into());
         let confused =
             jsonwebtoken::encode(&header, &claims_for(org), &EncodingKey::from_secret(&secret).unwrap()).unwrap();
-        assert_eq!(status(&confused, org).await, StatusCode::UNAUTHORIZED, "HS256 with the public key");
+        assert_eq!(status(&confused, org).await, StatusCode::UNAUTHORIZED, "HS256 keyed by {kid}'s public key");
     }
     let now = chrono::Utc::now().timestamp();
     let mut expired = claims_for(org);
@@ -711,4 +724,25 @@ async fn keys_fetched_from_the_issuers_url_follow_its_rotation(opts: PgPoolOptio
     assert_eq!(status(&signed("k2", &claims_for(org), &second)).await, StatusCode::OK, "the new key, fetched");
     tokio::time::sleep(floor).await;
     assert_eq!(status(&signed("k1", &claims_for(org), &first)).await, StatusCode::UNAUTHORIZED, "the dropped key");
+}
+
+/// Behind API Gateway the function verifies tokens itself: it does not start without the issuer's keys unless told
+/// that nothing but API Gateway can invoke it, nor with keys but no issuer, nor with both a key URL and keys.
+#[test]
+fn behind_api_gateway_the_function_does_not_start_without_the_issuers_keys() {
+    let start = |vars: &[(&str, &str)]| {
+        let vars: std::collections::HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        retrieve::authenticator_from(|name| vars.get(name).cloned()).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let gateway = ("MEMORY_AUTH", "api-gateway");
+    let url = ("MEMORY_JWT_JWKS_URL", "https://auth.example.com/.well-known/jwks.json");
+    let (issuer, audience) = (("MEMORY_JWT_ISSUER", ISSUER), ("MEMORY_JWT_AUDIENCE", "agent-memory,second-api"));
+    let refused = start(&[gateway]).unwrap_err();
+    assert!(refused.contains("MEMORY_TRUST_AUTHORIZER"), "{refused}");
+    assert!(start(&[gateway, ("MEMORY_TRUST_AUTHORIZER", "yes")]).is_err(), "true or false only");
+    assert!(start(&[gateway, url, audience]).is_err(), "keys need the issuer");
+    assert!(start(&[gateway, url, ("MEMORY_JWT_JWKS", "{\"keys\": []}"), issuer, audience]).is_err(), "one of the two");
+    assert_eq!(start(&[gateway, url, issuer, audience]), Ok(()));
+    assert_eq!(start(&[gateway, ("MEMORY_TRUST_AUTHORIZER", "true")]), Ok(()), "said explicitly");
 }

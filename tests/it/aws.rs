@@ -322,14 +322,14 @@ async fn an_organisations_dead_letters_are_purged_and_the_others_stay() {
     let (forgotten, other) = (Uuid::now_v7(), Uuid::now_v7());
     let bodies = [
         serde_json::json!({"organization_id": forgotten, "batch_id": "b1", "memories": [{"content": "quokka"}]}),
-        serde_json::json!({"organization_id": forgotten, "job_type": "memory_forget", "selector": "organization"}),
+        serde_json::json!({"organization_id": forgotten.to_string().to_uppercase(), "job_type": "memory_forget"}),
         serde_json::json!({"organization_id": other, "batch_id": "b2", "memories": []}),
     ];
     for body in &bodies {
         sqs.send_message().queue_url(&dlq).message_body(body.to_string()).send().await.unwrap();
     }
     sqs.send_message().queue_url(&dlq).message_body("not json").send().await.unwrap();
-    assert_eq!(dead_letters::purge(&sqs, &dlq, &forgotten.to_string()).await.unwrap(), 2);
+    assert_eq!(dead_letters::purge(&sqs, &dlq, forgotten).await.unwrap(), 2);
     let mut left: Vec<String> = dead_letters::list(&sqs, &dlq).await.unwrap().into_iter().map(|m| m.body).collect();
     left.sort();
     assert_eq!(left, vec!["not json".to_string(), bodies[2].to_string()]);

@@ -266,7 +266,7 @@ pub async fn dead_letters(job: Option<&str>, action: DeadLetterAction) -> anyhow
                 println!("{}: {} messages sent back", job.as_str(), dead_letters::redrive(&sqs, &dead, &url).await?);
             }
             DeadLetterAction::Purge(org) => {
-                let purged = dead_letters::purge(&sqs, &dead, &org.to_string()).await?;
+                let purged = dead_letters::purge(&sqs, &dead, org).await?;
                 println!("{}: {purged} messages of {org} deleted", job.as_str());
             }
             DeadLetterAction::List => {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use memory_core::{
-    config,
     retrieval::{RetrievalConfig, Retriever, cooldown_token::TokenKey},
     services::Services,
 };
@@ -43,8 +42,15 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
 /// (`MEMORY_JWT_SECRET`, `MEMORY_JWT_ISSUER`, `MEMORY_JWT_AUDIENCE`). `MEMORY_JWT_AUDIENCE` may list several
 /// audiences, separated by commas.
 pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
-    let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    match config::required("MEMORY_AUTH")?.as_str() {
+    authenticator_from(|name| std::env::var(name).ok())
+}
+
+/// [`authenticator_from_env`] with the variables `var` gives.
+pub fn authenticator_from(var: impl Fn(&str) -> Option<String>) -> anyhow::Result<Authenticator> {
+    let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let auth =
+        set("MEMORY_AUTH").ok_or_else(|| anyhow::anyhow!("MEMORY_AUTH is required (api-gateway or local-jwt)"))?;
+    match auth.as_str() {
         "api-gateway" => {
             let issuer = set("MEMORY_JWT_ISSUER");
             let audiences: Vec<String> = set("MEMORY_JWT_AUDIENCE")
@@ -57,8 +63,13 @@ pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
                 (Some(url), None) => Some(JwksVerifier::from_url(&url, &keyed_issuer()?, &audiences)?),
                 (None, Some(jwks)) => Some(JwksVerifier::new(&jwks, &keyed_issuer()?, &audiences)?),
                 (None, None) => {
+                    let trusted = match set("MEMORY_TRUST_AUTHORIZER").as_deref().map(str::trim) {
+                        None | Some("false") => false,
+                        Some("true") => true,
+                        Some(other) => anyhow::bail!("MEMORY_TRUST_AUTHORIZER must be true or false, not {other:?}"),
+                    };
                     anyhow::ensure!(
-                        config::parsed_or("MEMORY_TRUST_AUTHORIZER", false)?,
+                        trusted,
                         "MEMORY_AUTH=api-gateway needs the issuer's keys (MEMORY_JWT_JWKS_URL or MEMORY_JWT_JWKS), or \
                          MEMORY_TRUST_AUTHORIZER=true where nothing but API Gateway can invoke the function"
                     );
@@ -74,7 +85,10 @@ pub fn authenticator_from_env() -> anyhow::Result<Authenticator> {
             })
         }
         "local-jwt" => {
-            let secret = SecretString::from(config::required("MEMORY_JWT_SECRET")?);
+            let secret = SecretString::from(
+                set("MEMORY_JWT_SECRET")
+                    .ok_or_else(|| anyhow::anyhow!("MEMORY_JWT_SECRET is required for local-jwt"))?,
+            );
             let issuer = set("MEMORY_JWT_ISSUER").unwrap_or_else(|| LOCAL_ISSUER.into());
             let audience = set("MEMORY_JWT_AUDIENCE").unwrap_or_else(|| LOCAL_AUDIENCE.into());
             Authenticator::local(&secret, &issuer, &audience)

@@ -20,7 +20,7 @@ use tower_http::{
 };
 
 pub use auth::{Authenticator, Claims, JwksVerifier, Principal};
-pub use bootstrap::{authenticator_from_env, check_bind, state_from_env};
+pub use bootstrap::{authenticator_from, authenticator_from_env, check_bind, state_from_env};
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
