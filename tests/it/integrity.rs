@@ -633,3 +633,17 @@ async fn a_merge_hands_its_sources_deferred_pairs_to_the_merged_memory(opts: PgP
     let unsent = store::jobs::unsent_counts(&mut *tx, org).await.unwrap();
     assert_eq!(unsent, vec![("memory_dedup_review".to_string(), 1)], "its review is queued");
 }
+
+/// A merge claims no more confidence than its trust allows, even from sources stored above it (rows written before
+/// the write gate capped confidence): two unverified memories at 0.95 merge into an unverified one at 0.85.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_merges_confidence_is_capped_by_its_trust(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let a = memory(org, "The API uses port 8080").trust(TrustLevel::Unverified).confidence(0.95).insert(&db).await;
+    let b = memory(org, "The API listens on 8080").trust(TrustLevel::Unverified).confidence(0.95).insert(&db).await;
+    Deduper::new(Arc::new(dedup_model("merge")), None).review_cluster(&db.app, org, &[pair(&a, &b)]).await.unwrap();
+    let merged = reload(&db, org, reload(&db, org, a.id).await.superseded_by.expect("merged")).await;
+    assert_eq!(merged.provenance.trust_level, TrustLevel::Unverified);
+    assert!(merged.confidence <= 0.85, "an unverified merge claims {}", merged.confidence);
+}
