@@ -7,7 +7,10 @@
 //! then left for the next flush. Each event carries its outbox id, so a consumer drops the rare duplicate (a relay
 //! that dies between the bus's answer and its commit sends again).
 
-use std::sync::Arc;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -27,6 +30,10 @@ pub const BATCH: i64 = 10;
 const ATTEMPTS: usize = 2;
 /// Organisations one sweep visits at most (`MEMORY_SWEEP_ORGANIZATIONS`); the next sweep takes the next ones.
 pub const DEFAULT_SWEEP_ORGANIZATIONS: i64 = 100;
+/// How long one sweep relays, and how long it gives one organisation: a backlog (a large import or forget, a bus
+/// that was down) is relayed over several sweeps, within the scheduler's 300 s, without starving the others.
+pub const SWEEP_BUDGET: Duration = Duration::from_secs(120);
+pub const SWEEP_ORGANIZATION_BUDGET: Duration = Duration::from_secs(20);
 
 /// Where events go.
 #[async_trait]
@@ -52,6 +59,15 @@ pub struct SweepReport {
     pub published: usize,
     /// Organisations whose events could not (all) be published; they wait for the next run.
     pub failed_organizations: usize,
+    /// Organisations whose backlog outlasted their budget; the next sweep visits them first.
+    pub unfinished_organizations: usize,
+}
+
+/// What one flush relayed, and whether it left nothing behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Flushed {
+    relayed: usize,
+    done: bool,
 }
 
 #[derive(Clone)]
@@ -60,11 +76,25 @@ pub struct OutboxRelay {
     sink: Arc<dyn EventSink>,
     jobs: Option<Arc<dyn JobSink>>,
     sweep_organizations: i64,
+    sweep_budget: (Duration, Duration),
 }
 
 impl OutboxRelay {
     pub fn new(pool: PgPool, sink: Arc<dyn EventSink>) -> Self {
-        Self { pool, sink, jobs: None, sweep_organizations: DEFAULT_SWEEP_ORGANIZATIONS }
+        Self {
+            pool,
+            sink,
+            jobs: None,
+            sweep_organizations: DEFAULT_SWEEP_ORGANIZATIONS,
+            sweep_budget: (SWEEP_BUDGET, SWEEP_ORGANIZATION_BUDGET),
+        }
+    }
+
+    /// How long a sweep relays, and how long it gives one organisation (defaults [`SWEEP_BUDGET`],
+    /// [`SWEEP_ORGANIZATION_BUDGET`]).
+    pub fn with_sweep_budget(mut self, sweep: Duration, organization: Duration) -> Self {
+        self.sweep_budget = (sweep, organization);
+        self
     }
 
     /// Visits at most this many organisations per sweep.
@@ -86,23 +116,24 @@ impl OutboxRelay {
 
     /// Sends the organisation's unsent jobs, then publishes its events; returns how many of both went out.
     pub async fn flush(&self, organization_id: Uuid) -> crate::Result<usize> {
-        self.flush_until(organization_id, None).await
+        Ok(self.flush_until(organization_id, None).await?.relayed)
     }
 
     /// As [`flush`](Self::flush), waiting and claiming no more after `budget` has passed: a worker relays what its
     /// messages wrote without being held by a backlog (a large import or forget, a slow bus) or another relay, and
     /// leaves the rest to the next flush or the sweep.
-    pub async fn flush_within(&self, organization_id: Uuid, budget: std::time::Duration) -> crate::Result<usize> {
-        self.flush_until(organization_id, Some(std::time::Instant::now() + budget)).await
+    pub async fn flush_within(&self, organization_id: Uuid, budget: Duration) -> crate::Result<usize> {
+        Ok(self.flush_until(organization_id, Some(Instant::now() + budget)).await?.relayed)
     }
 
-    async fn flush_until(&self, organization_id: Uuid, deadline: Option<std::time::Instant>) -> crate::Result<usize> {
+    async fn flush_until(&self, organization_id: Uuid, deadline: Option<Instant>) -> crate::Result<Flushed> {
         let sent = match &self.jobs {
             Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id, deadline).await,
-            None => Ok(0),
+            None => Ok(Flushed { relayed: 0, done: true }),
         };
         let published = self.flush_events(organization_id, deadline).await?;
-        Ok(sent? + published)
+        let sent = sent?;
+        Ok(Flushed { relayed: sent.relayed + published.relayed, done: sent.done && published.done })
     }
 
     /// Sends the organisation's unsent jobs that this relay has queues for, ten at a time; a job whose send fails
@@ -112,16 +143,17 @@ impl OutboxRelay {
         &self,
         jobs: &dyn JobSink,
         organization_id: Uuid,
-        deadline: Option<std::time::Instant>,
-    ) -> crate::Result<usize> {
+        deadline: Option<Instant>,
+    ) -> crate::Result<Flushed> {
         let job_types = jobs.job_types();
         let (mut sent, mut failed) = (0, Vec::new());
-        let mut error = None;
-        while deadline.is_none_or(|d| std::time::Instant::now() <= d) {
+        let (mut error, mut done) = (None, false);
+        while deadline.is_none_or(|d| Instant::now() <= d) {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let batch = store::jobs::claim_unsent(&mut tx, organization_id, &job_types, &failed, BATCH).await?;
             if batch.is_empty() {
                 tx.commit().await?;
+                done = true;
                 break;
             }
             let results = match jobs.send(&batch).await {
@@ -140,7 +172,7 @@ impl OutboxRelay {
             sent += taken.len();
         }
         if failed.is_empty() {
-            return Ok(sent);
+            return Ok(Flushed { relayed: sent, done });
         }
         let cause = error.unwrap_or_else(|| anyhow::anyhow!("a queue refused them"));
         Err(crate::Error::Unexpected(
@@ -152,22 +184,23 @@ impl OutboxRelay {
     /// passed; returns how many were published. One relay at a time publishes a batch of an organisation's events
     /// (another waits for it, up to the deadline or the role's lock timeout), so they leave in order. Stops with an
     /// error when the bus refuses a batch; what was not accepted stays in the outbox, ahead of what came after it.
-    async fn flush_events(&self, organization_id: Uuid, deadline: Option<std::time::Instant>) -> crate::Result<usize> {
+    async fn flush_events(&self, organization_id: Uuid, deadline: Option<Instant>) -> crate::Result<Flushed> {
         let mut published = 0;
+        let unfinished = |relayed| Ok(Flushed { relayed, done: false });
         loop {
-            let wait = match deadline.map(|d| d.saturating_duration_since(std::time::Instant::now())) {
-                Some(left) if left.is_zero() => return Ok(published),
+            let wait = match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                Some(left) if left.is_zero() => return unfinished(published),
                 wait => wait,
             };
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             if !store::outbox::lock_publisher(&mut tx, organization_id, wait).await? {
                 tx.rollback().await?;
-                return Ok(published);
+                return unfinished(published);
             }
             let events = store::outbox::claim_unpublished(&mut tx, organization_id, BATCH).await?;
             if events.is_empty() {
                 tx.commit().await?;
-                return Ok(published);
+                return Ok(Flushed { relayed: published, done: true });
             }
             let (accepted, failure) = self.publish(&events).await;
             store::outbox::mark_published(&mut *tx, organization_id, &accepted).await?;
@@ -188,19 +221,37 @@ impl OutboxRelay {
     }
 
     /// Flushes the next organisations round robin (at most the configured number per sweep, least recently swept
-    /// first), so every organisation is visited within a bounded number of sweeps however many there are.
+    /// first), so every organisation is visited within a bounded number of sweeps however many there are. Each gets
+    /// at most the organisation budget, and the sweep takes no new one once its own budget is spent; one whose
+    /// backlog outlasted its budget is visited first by the next sweep.
     pub async fn sweep(&self) -> crate::Result<SweepReport> {
-        let mut report = SweepReport::default();
-        for organization_id in store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, self.sweep_organizations).await?
-        {
-            match self.flush(organization_id).await {
-                Ok(n) => report.published += n,
+        let (budget, per_organization) = self.sweep_budget;
+        let started = Instant::now();
+        let (mut report, mut unfinished, mut visited) = (SweepReport::default(), Vec::new(), Vec::new());
+        while (visited.len() as i64) < self.sweep_organizations && started.elapsed() < budget {
+            let Some(organization_id) = store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, 1).await?.pop() else {
+                break;
+            };
+            if visited.contains(&organization_id) {
+                break; // every organisation has had its turn
+            }
+            visited.push(organization_id);
+            let until = Instant::now() + per_organization.min(budget.saturating_sub(started.elapsed()));
+            match self.flush_until(organization_id, Some(until)).await {
+                Ok(flushed) => {
+                    report.published += flushed.relayed;
+                    if !flushed.done {
+                        unfinished.push(organization_id);
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(%organization_id, error = %error, "outbox events left for the next sweep");
                     report.failed_organizations += 1;
                 }
             }
         }
+        report.unfinished_organizations = unfinished.len();
+        store::outbox::sweep_first(&self.pool, Sweep::Outbox, &unfinished).await?;
         Ok(report)
     }
 

@@ -334,3 +334,58 @@ async fn an_organisations_dead_letters_are_purged_and_the_others_stay() {
     left.sort();
     assert_eq!(left, vec!["not json".to_string(), bodies[2].to_string()]);
 }
+
+/// A bus that takes 40 ms a call and accepts everything.
+struct SlowBus;
+
+#[async_trait::async_trait]
+impl memory_core::outbox::EventSink for SlowBus {
+    async fn publish(&self, events: &[store::outbox::OutboxEvent]) -> anyhow::Result<Vec<bool>> {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        Ok(vec![true; events.len()])
+    }
+}
+
+/// A sweep gives each organisation a bounded time and stops taking new ones once its own is spent: an
+/// organisation's backlog is relayed over several sweeps, visited first by each next one, and another organisation
+/// is not held behind it.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_backlog_is_relayed_over_several_sweeps_each_bounded(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let (backlogged, small) = (Uuid::now_v7(), Uuid::now_v7());
+    for (org, events) in [(backlogged, 80), (small, 5)] {
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        for i in 0..events {
+            transitions::create(&mut tx, &memory(org, &format!("fact {i}")).new, &[]).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+    let unpublished = async |org: Uuid| -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 AND published_at IS NULL",
+        )
+        .bind(org)
+        .fetch_one(&db.admin)
+        .await
+        .unwrap()
+    };
+    let relay = OutboxRelay::new(db.app.clone(), Arc::new(SlowBus))
+        .with_sweep_budget(Duration::from_secs(5), Duration::from_millis(150));
+
+    let started = std::time::Instant::now();
+    let first = relay.sweep().await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1500), "two bounded visits: {:?}", started.elapsed());
+    assert_eq!(first.unfinished_organizations, 1, "{first:?}");
+    assert!(unpublished(backlogged).await > 0, "the backlog outlasts one visit");
+    assert_eq!(unpublished(small).await, 0, "the other organisation is relayed in the same sweep");
+
+    // The next sweeps take the backlogged organisation first, until it is done.
+    let (mut sweeps, mut report) = (1, first);
+    while report.unfinished_organizations > 0 {
+        report = relay.clone().with_sweep_organizations(1).sweep().await.unwrap();
+        sweeps += 1;
+        assert!(sweeps < 20, "the backlog is relayed in the end");
+    }
+    assert!(sweeps > 2, "{sweeps} sweeps");
+    assert_eq!(unpublished(backlogged).await, 0);
+}

@@ -48,7 +48,11 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
         Task::OutboxSweep => {
             let (_, relay) = app.ok_or_else(|| anyhow::anyhow!("outbox_sweep needs MEMORY_DATABASE_URL"))?;
             let report = relay.sweep().await?;
-            serde_json::json!({"sent": report.published, "failed_organizations": report.failed_organizations})
+            serde_json::json!({
+                "sent": report.published,
+                "failed_organizations": report.failed_organizations,
+                "unfinished_organizations": report.unfinished_organizations,
+            })
         }
         Task::LifecycleSweep => {
             let (pool, relay) = app.ok_or_else(|| anyhow::anyhow!("lifecycle_sweep needs MEMORY_DATABASE_URL"))?;

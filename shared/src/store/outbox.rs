@@ -142,6 +142,15 @@ pub async fn next_to_sweep(executor: impl PgExecutor<'_>, sweep: Sweep, limit: i
     .await
 }
 
+/// Makes the organisations the first `sweep` visits next (their last visit left work behind).
+pub async fn sweep_first(executor: impl PgExecutor<'_>, sweep: Sweep, organizations: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query(&format!("UPDATE domain_event_outbox_org SET {} = NULL WHERE organization_id = ANY($1)", sweep.stamp()))
+        .bind(organizations.to_vec())
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
+
 /// Deletes the organisation's events published before `before`; returns how many.
 pub async fn prune_published(
     executor: impl PgExecutor<'_>,
