@@ -24,7 +24,7 @@ pub enum ForgetSelector {
 
 /// What a forget request reaches: the memories `selector` matches, and with `sender` only those that sender's batches
 /// wrote (a producer whose grant does not say organisation-wide).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forgetting {
     pub selector: ForgetSelector,
     pub sender: Option<String>,
@@ -108,23 +108,9 @@ pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid])
     .bind(&ids)
     .fetch_all(&mut *conn)
     .await?;
-    let entities: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT DISTINCT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = ANY($2)",
-    )
-    .bind(organization_id)
-    .bind(&ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    let nodes: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT DISTINCT node_id FROM memory_taxonomy_tag WHERE organization_id = $1 AND memory_id = ANY($2)",
-    )
-    .bind(organization_id)
-    .bind(&ids)
-    .fetch_all(&mut *conn)
-    .await?;
+    let entities = unlink(&mut *conn, "memory_entity_mention", "entity_id", organization_id, &ids).await?;
+    let nodes = unlink(&mut *conn, "memory_taxonomy_tag", "node_id", organization_id, &ids).await?;
     for sql in [
-        "DELETE FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = ANY($2)",
-        "DELETE FROM memory_taxonomy_tag WHERE organization_id = $1 AND memory_id = ANY($2)",
         "DELETE FROM memory_entity_profile WHERE organization_id = $1 AND memory_id = ANY($2)",
         "UPDATE memory_entity SET synthesis_memory_id = NULL WHERE organization_id = $1 AND synthesis_memory_id = ANY($2)",
         "DELETE FROM memory_dedup_pair WHERE organization_id = $1 AND (memory_a_id = ANY($2) OR memory_b_id = ANY($2))",
@@ -149,6 +135,21 @@ pub async fn erase(conn: &mut PgConnection, organization_id: Uuid, ids: &[Uuid])
     let entities = unused_entities(&mut *conn, organization_id, &entities).await?;
     unused_nodes(&mut *conn, organization_id, nodes).await?;
     Ok(Erased { lexemes, entities })
+}
+
+/// Deletes the memories' rows of a link table; returns the distinct ids they linked to.
+async fn unlink(
+    conn: &mut PgConnection,
+    table: &str,
+    column: &str,
+    organization_id: Uuid,
+    ids: &[Uuid],
+) -> sqlx::Result<Vec<Uuid>> {
+    let sql = format!("DELETE FROM {table} WHERE organization_id = $1 AND memory_id = ANY($2) RETURNING {column}");
+    let mut linked: Vec<Uuid> = sqlx::query_scalar(&sql).bind(organization_id).bind(ids).fetch_all(conn).await?;
+    linked.sort();
+    linked.dedup();
+    Ok(linked)
 }
 
 /// The memories that merges among `ids` superseded and that are not forgotten themselves (their merge is gone, so
