@@ -8,14 +8,21 @@ use std::{future::Future, pin::Pin, sync::Arc};
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_runtime::{LambdaEvent, service_fn};
-use memory_core::{db::PgPool, jobs::Job, outbox::OutboxRelay};
+use memory_core::{
+    db::PgPool,
+    jobs::Job,
+    outbox::{Budget, OutboxRelay},
+};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-/// How long a batch's relay goes on claiming an organisation's events and jobs: what the batch wrote goes out, a
-/// backlog (a large import or forget, a slow bus) is left to the next flush and the scheduled sweep, and the batch
-/// is never held by it.
+/// How long and how many rows of each kind a batch's relay goes on claiming an organisation's events and jobs: what
+/// the batch wrote goes out, a backlog (a large import or forget, a slow bus) is left to the next flush and the
+/// scheduled sweep, and the batch is never held by it.
 const FLUSH_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+const FLUSH_ROWS: usize = 1_000;
+/// What the invocation keeps for its response after the last flush.
+const AFTER_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What SQS says of a message besides its body.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -91,7 +98,13 @@ pub async fn process_until<H: JobHandler>(
     }
     for organization_id in written.into_iter() {
         let Some(relay) = relay else { break };
-        if let Err(error) = relay.flush_within(organization_id, FLUSH_BUDGET).await {
+        // Each organisation's flush is bounded, and all of them end before the invocation does.
+        let mut budget = Budget::new(FLUSH_BUDGET, FLUSH_ROWS);
+        if let Some(ends) = ends {
+            let left = ends.saturating_duration_since(std::time::Instant::now()).saturating_sub(AFTER_FLUSH);
+            budget = Budget::new(FLUSH_BUDGET.min(left), FLUSH_ROWS);
+        }
+        if let Err(error) = relay.flush_within(organization_id, budget).await {
             tracing::warn!(%organization_id, error = %error, "domain events left in the outbox for the scheduled sweep");
         }
     }

@@ -34,6 +34,30 @@ pub const DEFAULT_SWEEP_ORGANIZATIONS: i64 = 100;
 /// that was down) is relayed over several sweeps, within the scheduler's 300 s, without starving the others.
 pub const SWEEP_BUDGET: Duration = Duration::from_secs(120);
 pub const SWEEP_ORGANIZATION_BUDGET: Duration = Duration::from_secs(20);
+/// Rows (events, and jobs apart) one sweep visit relays at most, however fast the bus: a visit's length does not
+/// grow with a backlog.
+pub const SWEEP_ORGANIZATION_ROWS: usize = 20_000;
+
+/// How much one flush may relay: it claims no more once its deadline has passed or it has relayed `rows` of a kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub deadline: Option<Instant>,
+    pub rows: usize,
+}
+
+impl Budget {
+    /// No bound: until the outbox is empty.
+    pub const UNBOUNDED: Self = Self { deadline: None, rows: usize::MAX };
+
+    /// At most `rows` of each kind, for at most `time` from now.
+    pub fn new(time: Duration, rows: usize) -> Self {
+        Self { deadline: Some(Instant::now() + time), rows }
+    }
+
+    fn spent(&self, relayed: usize) -> bool {
+        relayed >= self.rows || self.deadline.is_some_and(|d| Instant::now() > d)
+    }
+}
 
 /// Where events go.
 #[async_trait]
@@ -76,7 +100,7 @@ pub struct OutboxRelay {
     sink: Arc<dyn EventSink>,
     jobs: Option<Arc<dyn JobSink>>,
     sweep_organizations: i64,
-    sweep_budget: (Duration, Duration),
+    sweep_budget: (Duration, Duration, usize),
 }
 
 impl OutboxRelay {
@@ -86,14 +110,14 @@ impl OutboxRelay {
             sink,
             jobs: None,
             sweep_organizations: DEFAULT_SWEEP_ORGANIZATIONS,
-            sweep_budget: (SWEEP_BUDGET, SWEEP_ORGANIZATION_BUDGET),
+            sweep_budget: (SWEEP_BUDGET, SWEEP_ORGANIZATION_BUDGET, SWEEP_ORGANIZATION_ROWS),
         }
     }
 
-    /// How long a sweep relays, and how long it gives one organisation (defaults [`SWEEP_BUDGET`],
-    /// [`SWEEP_ORGANIZATION_BUDGET`]).
-    pub fn with_sweep_budget(mut self, sweep: Duration, organization: Duration) -> Self {
-        self.sweep_budget = (sweep, organization);
+    /// How long a sweep relays, and how long and how many rows it gives one organisation (defaults
+    /// [`SWEEP_BUDGET`], [`SWEEP_ORGANIZATION_BUDGET`], [`SWEEP_ORGANIZATION_ROWS`]).
+    pub fn with_sweep_budget(mut self, sweep: Duration, organization: Duration, rows: usize) -> Self {
+        self.sweep_budget = (sweep, organization, rows);
         self
     }
 
@@ -116,22 +140,22 @@ impl OutboxRelay {
 
     /// Sends the organisation's unsent jobs, then publishes its events; returns how many of both went out.
     pub async fn flush(&self, organization_id: Uuid) -> crate::Result<usize> {
-        Ok(self.flush_until(organization_id, None).await?.relayed)
+        Ok(self.flush_budgeted(organization_id, Budget::UNBOUNDED).await?.relayed)
     }
 
-    /// As [`flush`](Self::flush), waiting and claiming no more after `budget` has passed: a worker relays what its
+    /// As [`flush`](Self::flush), waiting and claiming no more once `budget` is spent: a worker relays what its
     /// messages wrote without being held by a backlog (a large import or forget, a slow bus) or another relay, and
     /// leaves the rest to the next flush or the sweep.
-    pub async fn flush_within(&self, organization_id: Uuid, budget: Duration) -> crate::Result<usize> {
-        Ok(self.flush_until(organization_id, Some(Instant::now() + budget)).await?.relayed)
+    pub async fn flush_within(&self, organization_id: Uuid, budget: Budget) -> crate::Result<usize> {
+        Ok(self.flush_budgeted(organization_id, budget).await?.relayed)
     }
 
-    async fn flush_until(&self, organization_id: Uuid, deadline: Option<Instant>) -> crate::Result<Flushed> {
+    async fn flush_budgeted(&self, organization_id: Uuid, budget: Budget) -> crate::Result<Flushed> {
         let sent = match &self.jobs {
-            Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id, deadline).await,
+            Some(jobs) => self.flush_jobs(jobs.as_ref(), organization_id, budget).await,
             None => Ok(Flushed { relayed: 0, done: true }),
         };
-        let published = self.flush_events(organization_id, deadline).await?;
+        let published = self.flush_events(organization_id, budget).await?;
         let sent = sent?;
         Ok(Flushed { relayed: sent.relayed + published.relayed, done: sent.done && published.done })
     }
@@ -139,16 +163,11 @@ impl OutboxRelay {
     /// Sends the organisation's unsent jobs that this relay has queues for, ten at a time; a job whose send fails
     /// is left for the next flush and does not hold back the others. Fails, after sending what it could, when some
     /// were not sent.
-    async fn flush_jobs(
-        &self,
-        jobs: &dyn JobSink,
-        organization_id: Uuid,
-        deadline: Option<Instant>,
-    ) -> crate::Result<Flushed> {
+    async fn flush_jobs(&self, jobs: &dyn JobSink, organization_id: Uuid, budget: Budget) -> crate::Result<Flushed> {
         let job_types = jobs.job_types();
         let (mut sent, mut failed) = (0, Vec::new());
         let (mut error, mut done) = (None, false);
-        while deadline.is_none_or(|d| Instant::now() <= d) {
+        while !budget.spent(sent) {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let batch = store::jobs::claim_unsent(&mut tx, organization_id, &job_types, &failed, BATCH).await?;
             if batch.is_empty() {
@@ -180,18 +199,18 @@ impl OutboxRelay {
         ))
     }
 
-    /// Publishes the organisation's unpublished events in `seq` order, until none is left or the deadline has
-    /// passed; returns how many were published. One relay at a time publishes a batch of an organisation's events
+    /// Publishes the organisation's unpublished events in `seq` order, until none is left or the budget is spent;
+    /// returns how many were published. One relay at a time publishes a batch of an organisation's events
     /// (another waits for it, up to the deadline or the role's lock timeout), so they leave in order. Stops with an
     /// error when the bus refuses a batch; what was not accepted stays in the outbox, ahead of what came after it.
-    async fn flush_events(&self, organization_id: Uuid, deadline: Option<Instant>) -> crate::Result<Flushed> {
+    async fn flush_events(&self, organization_id: Uuid, budget: Budget) -> crate::Result<Flushed> {
         let mut published = 0;
         let unfinished = |relayed| Ok(Flushed { relayed, done: false });
         loop {
-            let wait = match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
-                Some(left) if left.is_zero() => return unfinished(published),
-                wait => wait,
-            };
+            if budget.spent(published) {
+                return unfinished(published);
+            }
+            let wait = budget.deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             if !store::outbox::lock_publisher(&mut tx, organization_id, wait).await? {
                 tx.rollback().await?;
@@ -225,7 +244,7 @@ impl OutboxRelay {
     /// at most the organisation budget, and the sweep takes no new one once its own budget is spent; one whose
     /// backlog outlasted its budget is visited first by the next sweep.
     pub async fn sweep(&self) -> crate::Result<SweepReport> {
-        let (budget, per_organization) = self.sweep_budget;
+        let (budget, per_organization, rows) = self.sweep_budget;
         let started = Instant::now();
         let (mut report, mut unfinished, mut visited) = (SweepReport::default(), Vec::new(), Vec::new());
         while (visited.len() as i64) < self.sweep_organizations && started.elapsed() < budget {
@@ -236,8 +255,8 @@ impl OutboxRelay {
                 break; // every organisation has had its turn
             }
             visited.push(organization_id);
-            let until = Instant::now() + per_organization.min(budget.saturating_sub(started.elapsed()));
-            match self.flush_until(organization_id, Some(until)).await {
+            let visit = Budget::new(per_organization.min(budget.saturating_sub(started.elapsed())), rows);
+            match self.flush_budgeted(organization_id, visit).await {
                 Ok(flushed) => {
                     report.published += flushed.relayed;
                     if !flushed.done {

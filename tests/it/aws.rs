@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 use aws_edge::relay::EventBridgeSink;
 use integration_tests::{Db, memory};
 use memory_core::{
-    outbox::OutboxRelay,
+    outbox::{Budget, OutboxRelay},
     store::{self, transitions},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -216,7 +216,7 @@ async fn a_relay_within_a_budget_leaves_the_rest_of_a_backlog_in_order(opts: PgP
     });
     let relay = OutboxRelay::new(db.app.clone(), bus.clone());
     let started = std::time::Instant::now();
-    let first = relay.flush_within(org, Duration::from_millis(100)).await.unwrap();
+    let first = relay.flush_within(org, Budget::new(Duration::from_millis(100), usize::MAX)).await.unwrap();
     assert!(first > 0 && first < 60, "{first} of 60 within the budget");
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!(unpublished(&db, org).await, 60 - first as i64);
@@ -369,8 +369,11 @@ async fn a_backlog_is_relayed_over_several_sweeps_each_bounded(opts: PgPoolOptio
         .await
         .unwrap()
     };
-    let relay = OutboxRelay::new(db.app.clone(), Arc::new(SlowBus))
-        .with_sweep_budget(Duration::from_secs(5), Duration::from_millis(150));
+    let relay = OutboxRelay::new(db.app.clone(), Arc::new(SlowBus)).with_sweep_budget(
+        Duration::from_secs(5),
+        Duration::from_millis(150),
+        usize::MAX,
+    );
 
     let started = std::time::Instant::now();
     let first = relay.sweep().await.unwrap();
@@ -388,4 +391,91 @@ async fn a_backlog_is_relayed_over_several_sweeps_each_bounded(opts: PgPoolOptio
     }
     assert!(sweeps > 2, "{sweeps} sweeps");
     assert_eq!(unpublished(backlogged).await, 0);
+}
+
+/// A bus that accepts every event at once and records them in the order it accepted them.
+#[derive(Default)]
+struct InstantBus(std::sync::Mutex<Vec<Uuid>>);
+
+#[async_trait::async_trait]
+impl memory_core::outbox::EventSink for InstantBus {
+    async fn publish(&self, events: &[store::outbox::OutboxEvent]) -> anyhow::Result<Vec<bool>> {
+        self.0.lock().unwrap().extend(events.iter().map(|e| e.id));
+        Ok(vec![true; events.len()])
+    }
+}
+
+/// A backlog of 100,000 events (a large import or forget) while the bus refuses every call, then once it is back:
+/// each sweep and worker flush ends within its budget of time and rows, nothing is lost while the bus is down, and
+/// the backlog drains over several sweeps, every event published once and in the order it was written. The bus
+/// that comes back accepts at once (the local EventBridge relays about 20 events a second, which would time the
+/// test, not the relay).
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_backlog_of_100000_events_drains_over_bounded_sweeps_after_the_bus_refused_it(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    const BACKLOG: i64 = 100_000;
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    sqlx::query(
+        "INSERT INTO domain_event_outbox (organization_id, id, event_type, payload) \
+         SELECT $1, uuidv7(), 'memory.forgotten', jsonb_build_object('memory_id', uuidv7(), 'n', i) \
+         FROM generate_series(1, $2) i",
+    )
+    .bind(org)
+    .bind(BACKLOG)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let written: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM domain_event_outbox WHERE organization_id = $1 ORDER BY seq")
+            .bind(org)
+            .fetch_all(&db.admin)
+            .await
+            .unwrap();
+
+    let sdk = sdk_config().await;
+    let (sweep, rows) = (Duration::from_secs(10), 20_000);
+    let slack = Duration::from_secs(5);
+    let refused = aws_sdk_eventbridge::config::Builder::from(&sdk).endpoint_url("http://127.0.0.1:9").build();
+    let down = OutboxRelay::new(
+        db.app.clone(),
+        Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::from_conf(refused), bus())),
+    )
+    .with_sweep_budget(sweep, sweep, rows);
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let report = down.sweep().await.unwrap();
+        assert!(started.elapsed() < sweep + slack, "a sweep against a refusing bus took {:?}", started.elapsed());
+        assert_eq!((report.published, report.failed_organizations), (0, 1), "{report:?}");
+        assert_eq!(unpublished(&db, org).await, BACKLOG, "nothing is lost while the bus refuses");
+    }
+
+    let bus = Arc::new(InstantBus::default());
+    let up = OutboxRelay::new(db.app.clone(), bus.clone()).with_sweep_budget(sweep, sweep, rows);
+    // A worker's flush relays at most its rows, whatever the backlog.
+    let flushed = up.flush_within(org, Budget::new(Duration::from_secs(60), 1_000)).await.unwrap();
+    assert!(
+        (1_000..1_000 + memory_core::outbox::BATCH as usize).contains(&flushed),
+        "a worker's flush relayed {flushed}"
+    );
+    let mut sweeps = 0;
+    loop {
+        let started = std::time::Instant::now();
+        let report = up.sweep().await.unwrap();
+        sweeps += 1;
+        assert!(started.elapsed() < sweep + slack, "sweep {sweeps} took {:?}", started.elapsed());
+        assert!(report.published < rows + memory_core::outbox::BATCH as usize, "sweep {sweeps}: {report:?}");
+        assert_eq!(report.failed_organizations, 0, "{report:?}");
+        if report.unfinished_organizations == 0 {
+            break;
+        }
+        assert!(sweeps < 100, "the backlog drains in the end");
+    }
+    assert!(sweeps >= 5, "{BACKLOG} events over sweeps of {rows} rows: {sweeps}");
+    assert_eq!(unpublished(&db, org).await, 0);
+    assert_eq!(*bus.0.lock().unwrap(), written, "every event published once, in the order it was written");
 }
