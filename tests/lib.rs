@@ -149,7 +149,7 @@ pub const TEST_SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
 pub fn local_app(retriever: Retriever) -> axum::Router {
     use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER};
     let auth = retrieve::Authenticator::local(&TEST_SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE);
-    retrieve::app(retrieve::AppState { retriever: Arc::new(retriever), auth: Arc::new(auth.unwrap()) })
+    retrieve::app(retrieve::AppState::new(retriever, auth.unwrap()))
 }
 
 /// A local token for `org` (acting as `agent`, with `scope` when given), valid ten minutes.
@@ -168,16 +168,16 @@ pub fn local_token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> Strin
 
 /// The retrieve app behind API Gateway's authorizer, for the API id and stage of the sample events in `events/`.
 pub fn sample_event_app(retriever: Retriever) -> axum::Router {
-    retrieve::app(retrieve::AppState {
-        retriever: Arc::new(retriever),
-        auth: Arc::new(retrieve::Authenticator::ApiGateway {
+    retrieve::app(retrieve::AppState::new(
+        retriever,
+        retrieve::Authenticator::ApiGateway {
             api_id: Some("abc123".into()),
             stage: Some("$default".into()),
             issuer: None,
             audiences: Vec::new(),
             keys: None,
-        }),
-    })
+        },
+    ))
 }
 
 pub fn memory(org: Uuid, content: &str) -> Fixture {

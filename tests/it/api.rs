@@ -348,16 +348,16 @@ async fn behind_api_gateway_the_principal_comes_from_the_jwt_authorizer_claims(
     assert_eq!(app.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
 
     // With an issuer and audience configured, the claims must carry them.
-    let strict = retrieve::app(AppState {
-        retriever: Arc::new(retriever(&db, integration_tests::minilm(), None)),
-        auth: Arc::new(Authenticator::ApiGateway {
+    let strict = retrieve::app(AppState::new(
+        retriever(&db, integration_tests::minilm(), None),
+        Authenticator::ApiGateway {
             api_id: Some("abc123".into()),
             stage: Some("$default".into()),
             issuer: Some("https://auth.example.com/".into()),
             audiences: vec!["agent-memory".into()],
             keys: None,
-        }),
-    });
+        },
+    ));
     let request = lambda_http::request::from_str(&event).unwrap();
     assert_eq!(strict.clone().oneshot(request).await.unwrap().status(), StatusCode::UNAUTHORIZED);
     let mut issued: Value = serde_json::from_str(&event).unwrap();
@@ -558,16 +558,16 @@ const ISSUER: &str = "https://auth.example.com/";
 /// The retrieve app behind API Gateway, verifying tokens with `keys`, and a request of `token` whose event claims
 /// `claimed_org` (what a direct invocation could forge).
 fn keyed_app(db: &Db, keys: retrieve::JwksVerifier) -> axum::Router {
-    retrieve::app(AppState {
-        retriever: Arc::new(retriever(db, Arc::new(FixedEmbedder::default().with(QUERY, axis(0))), None)),
-        auth: Arc::new(Authenticator::ApiGateway {
+    retrieve::app(AppState::new(
+        retriever(db, Arc::new(FixedEmbedder::default().with(QUERY, axis(0))), None),
+        Authenticator::ApiGateway {
             api_id: Some("abc123".into()),
             stage: Some("$default".into()),
             issuer: Some(ISSUER.into()),
             audiences: vec!["agent-memory".into(), "second-api".into()],
             keys: Some(Box::new(keys)),
-        }),
-    })
+        },
+    ))
 }
 
 fn gateway_request(token: &str, claimed_org: Uuid) -> lambda_http::Request {

@@ -27,7 +27,7 @@ const SECRET: &str = "hardening-secret-of-at-least-32-bytes";
 
 fn app(retriever: Retriever) -> axum::Router {
     let auth = Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap();
-    retrieve::app(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth) })
+    retrieve::app(AppState::new(retriever, auth))
 }
 
 fn claims(org: Uuid) -> Claims {
@@ -332,6 +332,74 @@ async fn a_read_by_id_gives_up_after_the_read_budget(opts: PgPoolOptions, conn: 
     // The role's lock timeout is 5 s: each read gave up long before.
     assert!(waited < std::time::Duration::from_secs(3), "{waited:?}");
     assert!(r.memory(org, None, m.id).await.is_ok(), "served again once the lock is gone");
+}
+
+/// Holds every query "hold" until released.
+struct GatedEmbedder(Arc<tokio::sync::Semaphore>);
+
+#[async_trait]
+impl Embedder for GatedEmbedder {
+    fn dimension(&self) -> usize {
+        DIM
+    }
+    fn model_id(&self) -> &str {
+        "gated"
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.iter().any(|t| t == "hold") {
+            let _open = self.0.acquire().await.expect("open");
+        }
+        Ok(texts.iter().map(|_| axis(0)).collect())
+    }
+}
+
+/// One organisation's requests beyond its share wait their turn, then get a 429 with `Retry-After` and a JSON
+/// body; another organisation is served meanwhile, and the first is served again once its running request ends.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_organisation_beyond_its_share_gets_429_while_another_is_served(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let (busy, quiet) = (Uuid::now_v7(), Uuid::now_v7());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let auth = Authenticator::local(&SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE).unwrap();
+    let mut state = AppState::new(retriever(&db, Arc::new(GatedEmbedder(gate.clone())), None), auth);
+    state.fair = Arc::new(retrieve::fair::FairShare::new(2, Duration::from_millis(300)));
+    let app = retrieve::app(state);
+    let (busy_token, quiet_token) =
+        (sign_local_token(SECRET, &claims(busy)).unwrap(), sign_local_token(SECRET, &claims(quiet)).unwrap());
+
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let (app, token) = (app.clone(), busy_token.clone());
+            tokio::spawn(async move { call(&app, &token, "/v1/retrieve", query("hold")).await.0 })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let (status, headers, body) = call(&app, &busy_token, "/v1/retrieve", query("q")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "it waited its turn first");
+    assert_eq!(headers.get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    assert_eq!(body["error"]["code"], "too_many_requests");
+    let mcp = Request::post("/mcp")
+        .header(header::AUTHORIZATION, format!("Bearer {busy_token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(Body::from(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string()))
+        .unwrap();
+    assert_eq!(app.clone().oneshot(mcp).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "MCP too");
+
+    assert_eq!(call(&app, &quiet_token, "/v1/retrieve", query("q")).await.0, StatusCode::OK, "the quiet one");
+    let unauthenticated = call(&app, "not-a-token", "/v1/retrieve", query("q")).await;
+    assert_eq!(unauthenticated.0, StatusCode::UNAUTHORIZED, "no credentials is a 401 as before, not a turn");
+
+    gate.add_permits(2);
+    for request in held {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(call(&app, &busy_token, "/v1/retrieve", query("q")).await.0, StatusCode::OK, "its turn again");
 }
 
 /// Arbitrary bodies and tokens, and JSON of the right shape with arbitrary values, through every POST route: the

@@ -293,11 +293,66 @@ async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateR
         rows: 5,
         extras: CandidateExtras::NONE,
         bm25,
+        posting_budget: store::keyword::POSTING_BUDGET,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
     let rows = store::keyword::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
     tx.commit().await.unwrap();
     rows
+}
+
+/// A query's terms are read rarest first while their postings stay within the budget (the rarest always): a
+/// commoner term beyond it is not scored, by the branch and the reference alike, and within it the query is scored
+/// on every term.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_keyword_branch_reads_a_query_s_terms_within_its_posting_budget(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let rare: Vec<Uuid> = [
+        memory(org, "the kestrel nests on the tower").insert(&db).await.id,
+        memory(org, "a kestrel hovered over the field").insert(&db).await.id,
+    ]
+    .into();
+    for i in 0..20 {
+        memory(org, &format!("the harbor crane {i} was serviced")).insert(&db).await;
+    }
+    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let found = |posting_budget: usize, exact: bool| {
+        let (db, scope) = (&db, &scope);
+        async move {
+            let search = KeywordSearch {
+                text_search_config: "memory_text",
+                text: "kestrel harbor",
+                query: None,
+                rows: 100,
+                extras: CandidateExtras::NONE,
+                bm25: Bm25::default(),
+                posting_budget,
+            };
+            let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
+            let filters = SearchFilters::default();
+            let rows = if exact {
+                store::keyword::keyword_branch_exact(&mut tx, scope, &filters, &search).await.unwrap()
+            } else {
+                store::keyword::keyword_branch(&mut tx, scope, &filters, &search).await.unwrap()
+            };
+            tx.commit().await.unwrap();
+            let mut ids: Vec<Uuid> = rows.into_iter().map(|r| r.memory.id).collect();
+            ids.sort();
+            ids
+        }
+    };
+    let mut kestrel = rare.clone();
+    kestrel.sort();
+    for exact in [false, true] {
+        assert_eq!(found(store::keyword::POSTING_BUDGET, exact).await.len(), 22, "every term within the default");
+        assert_eq!(found(21, exact).await, kestrel, "harbor's 20 postings would take the query to 22");
+        assert_eq!(found(0, exact).await, kestrel, "the rarest term is read whatever the budget");
+        assert_eq!(found(22, exact).await.len(), 22);
+    }
 }
 
 /// The keyword branch joins its ranking to the memories in rounds, the first of `4 × limit`; when the scope filter
@@ -471,6 +526,7 @@ async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
             rows: 1_000,
             extras: CandidateExtras::NONE,
             bm25: Bm25::default(),
+            posting_budget: store::keyword::POSTING_BUDGET,
         };
         let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
         let scored = |rows: Vec<CandidateRow>| -> Vec<(Uuid, f64)> {

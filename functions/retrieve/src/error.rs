@@ -17,7 +17,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// A stable machine-readable code (`bad_request`, `invalid_json`, `unauthorized`, `forbidden`, `not_found`,
-    /// `payload_too_large`, `unprocessable`, `unavailable`, `internal`, ...).
+    /// `payload_too_large`, `unprocessable`, `too_many_requests`, `unavailable`, `internal`, ...).
     pub code: String,
     /// What was wrong, for a person.
     pub message: String,
@@ -37,6 +37,8 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     #[error("{0}")]
     Unprocessable(String),
+    #[error("{0}")]
+    TooManyRequests(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
@@ -60,6 +62,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -73,6 +76,7 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::Unprocessable(_) => "invalid_request",
+            Self::TooManyRequests(_) => "too_many_requests",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
@@ -115,7 +119,7 @@ pub(crate) fn database_unavailable(error: &sqlx::Error) -> bool {
     }
 }
 
-/// Seconds a client should wait before retrying a 503.
+/// Seconds a client should wait before retrying a 429 or a 503.
 const RETRY_AFTER_SECONDS: &str = "1";
 
 impl IntoResponse for ApiError {
@@ -125,7 +129,7 @@ impl IntoResponse for ApiError {
         }
         let body = ErrorBody { error: ErrorDetail { code: self.code().into(), message: self.to_string() } };
         let mut response = (self.status_code(), Json(body)).into_response();
-        if matches!(self, Self::Unavailable(_)) {
+        if matches!(self, Self::TooManyRequests(_) | Self::Unavailable(_)) {
             response
                 .headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECONDS.parse().expect("a number"));

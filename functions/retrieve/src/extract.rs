@@ -13,7 +13,10 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        state.auth.principal(parts).await
+        match crate::fair::authenticated(parts) {
+            Some(principal) => Ok(principal),
+            None => state.auth.principal(parts).await,
+        }
     }
 }
 

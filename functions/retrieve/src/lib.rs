@@ -5,6 +5,7 @@ pub mod auth;
 mod bootstrap;
 pub mod error;
 mod extract;
+pub mod fair;
 pub mod mcp;
 mod openapi;
 mod routes;
@@ -30,6 +31,15 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct AppState {
     pub retriever: Arc<Retriever>,
     pub auth: Arc<Authenticator>,
+    pub fair: Arc<fair::FairShare>,
+}
+
+impl AppState {
+    /// The state with each organisation's default share of the retriever's pool ([`fair::FairShare::of_pool`]).
+    pub fn new(retriever: Retriever, auth: Authenticator) -> Self {
+        let fair = fair::FairShare::of_pool(retriever.pool());
+        Self { retriever: Arc::new(retriever), auth: Arc::new(auth), fair: Arc::new(fair) }
+    }
 }
 
 /// The HTTP API. Every request gets an id (`x-request-id`, kept when the caller sends one), which every log line
@@ -45,8 +55,9 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticated));
     routes::router()
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state)
+        .with_state(state.clone())
         .merge(mcp)
+        .layer(axum::middleware::from_fn_with_state(state, fair::share))
         // Each request's metrics leave with it (a Lambda instance may be frozen before any later flush).
         .layer(axum::middleware::map_response(|response: axum::response::Response| async {
             memory_core::telemetry::flush_metrics();

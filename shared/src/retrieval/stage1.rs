@@ -152,6 +152,7 @@ impl<'a> BranchSettings<'a> {
             rows: self.rows_per_branch,
             extras: self.extras,
             bm25: self.bm25,
+            posting_budget: crate::store::keyword::POSTING_BUDGET,
         }
     }
 }

@@ -19,6 +19,10 @@ use super::{
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
 pub const MAX_QUERY_TERMS: usize = 32;
+/// Postings one query reads at most by default (about 12 MB): its terms are taken rarest first while their postings together
+/// stay within it (the rarest always), and a commoner term beyond it is not scored. Binds only on a large tenant's
+/// common words, the terms that weigh least in BM25; the ranking is exact over the terms taken.
+pub const POSTING_BUDGET: usize = 500_000;
 /// BM25's term-frequency saturation (k1) and length normalisation (b).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bm25 {
@@ -53,6 +57,8 @@ pub struct KeywordSearch<'a> {
     pub rows: usize,
     pub extras: CandidateExtras,
     pub bm25: Bm25,
+    /// Postings read at most ([`POSTING_BUDGET`]).
+    pub posting_budget: usize,
 }
 
 /// Full-text matches of `text` (any of its terms and phrases; -exclusions honoured) that hold one of its selective
@@ -103,7 +109,8 @@ fn uuid(bytes: &[u8]) -> Uuid {
     Uuid::from_bytes(bytes.try_into().expect("16 bytes"))
 }
 
-/// The query's terms (at most [`MAX_QUERY_TERMS`], the rarest, the most telling, first) with their postings.
+/// The query's terms (at most [`MAX_QUERY_TERMS`] within the posting budget, the rarest, the most telling, first)
+/// with their postings.
 async fn term_postings(
     conn: &mut PgConnection,
     organization_id: Uuid,
@@ -139,8 +146,9 @@ fn push_weights(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, sear
     )
     .push_bind(organization_id)
     .push(
-        "), terms AS (\
-             SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n, c.avgdl \
+        "), terms AS (SELECT lexeme, df, idf, n, avgdl FROM (\
+             SELECT t.lexeme, ts.df, ln(1 + (c.n - ts.df + 0.5) / (ts.df + 0.5)) AS idf, c.n, c.avgdl, \
+                    row_number() OVER w AS position, sum(ts.df) OVER w AS reads \
              FROM memory_keyword_terms(",
     )
     .push_bind(search.text_search_config.to_string())
@@ -152,7 +160,12 @@ fn push_weights(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, sear
                              WHERE s.organization_id = ",
     )
     .push_bind(organization_id)
-    .push(format!(" AND s.lexeme = t.lexeme) ts ORDER BY ts.df, t.lexeme LIMIT {MAX_QUERY_TERMS}), "))
+    .push(format!(
+        " AND s.lexeme = t.lexeme) ts WINDOW w AS (ORDER BY ts.df, t.lexeme ROWS UNBOUNDED PRECEDING)) ordered \
+         WHERE position <= {MAX_QUERY_TERMS} AND (position = 1 OR reads <= "
+    ))
+    .push_bind(search.posting_budget as f64)
+    .push(")), ")
     // A memory must contain one of the query's selective terms (its three rarest, and any in at most 5% of the
     // organisation): matches on common words alone fill the list with noise that fusion then rewards.
     .push(

@@ -1,0 +1,120 @@
+//! Each organisation's fair share of a process: at most `concurrency` of its requests run at once; the next wait
+//! their turn, in order, up to `wait`, and are then refused with 429 and `Retry-After`. One tenant's flood then
+//! holds at most that many of the database pool's connections and never the others' turn. Under Lambda an instance
+//! serves one request at a time, so this binds only the plain server; there, reserved concurrency and API Gateway's
+//! throttling share the functions between tenants (docs/deployment.md).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    extract::{Request, State},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
+
+use crate::{AppState, auth::Principal, error::ApiError};
+
+/// Requests one organisation runs at once on a process, and how long the next waits for a turn.
+pub struct FairShare {
+    concurrency: usize,
+    wait: Duration,
+    running: Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+}
+
+/// How long a request waits for its organisation's turn by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(2);
+
+impl FairShare {
+    pub fn new(concurrency: usize, wait: Duration) -> Self {
+        let concurrency = concurrency.clamp(1, Semaphore::MAX_PERMITS);
+        Self { concurrency, wait, running: Mutex::default() }
+    }
+
+    /// The default: as many requests as the process has cores, and at most half the pool's connections, for one
+    /// organisation (at least one); [`DEFAULT_WAIT`]. More would not answer it sooner, only the others later.
+    pub fn of_pool(pool: &memory_core::db::PgPool) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::new(cores.min(pool.options().get_max_connections() as usize / 2), DEFAULT_WAIT)
+    }
+
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    /// A turn for the organisation, or `None` when none came within the wait.
+    async fn turn(self: &Arc<Self>, organization_id: Uuid) -> Option<Turn> {
+        let semaphore = {
+            let mut running = self.running.lock().expect("not poisoned");
+            running.entry(organization_id).or_insert_with(|| Arc::new(Semaphore::new(self.concurrency))).clone()
+        };
+        // The wait owns its handle on the semaphore: a turn that never came leaves only the map's.
+        let permit = tokio::time::timeout(self.wait, semaphore.acquire_owned()).await.ok().map(|p| p.expect("open"));
+        let turn = Turn { share: self.clone(), organization_id, permit };
+        turn.permit.is_some().then_some(turn)
+    }
+}
+
+/// An organisation's running request; the last one out forgets the organisation.
+struct Turn {
+    share: Arc<FairShare>,
+    organization_id: Uuid,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.permit.take();
+        let mut running = self.share.running.lock().expect("not poisoned");
+        // Only the map holds it: nothing runs or waits for the organisation.
+        if running.get(&self.organization_id).is_some_and(|s| Arc::strong_count(s) == 1) {
+            running.remove(&self.organization_id);
+        }
+    }
+}
+
+/// Authenticates the request once (the handlers take the principal from it) and runs it in its organisation's
+/// turn. A request without valid credentials goes on as it came: its handler answers it (401, or a public route).
+pub async fn share(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Ok(principal) = state.auth.principal(&parts).await else {
+        return next.run(Request::from_parts(parts, body)).await;
+    };
+    let Some(_turn) = state.fair.turn(principal.organization_id).await else {
+        return ApiError::TooManyRequests(format!(
+            "the organisation has {} requests running on this instance; retry",
+            state.fair.concurrency()
+        ))
+        .into_response();
+    };
+    parts.extensions.insert(principal);
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The principal [`share`] authenticated, if it did.
+pub(crate) fn authenticated(parts: &axum::http::request::Parts) -> Option<Principal> {
+    parts.extensions.get::<Principal>().cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_turn_is_per_organisation_and_the_last_one_out_forgets_it() {
+        let share = Arc::new(FairShare::new(1, Duration::from_millis(50)));
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let first = share.turn(a).await.expect("a turn");
+        assert!(share.turn(a).await.is_none(), "a's one turn is taken");
+        let other = share.turn(b).await.expect("b has its own");
+        assert_eq!(share.running.lock().unwrap().len(), 2);
+        drop((first, other));
+        assert!(share.running.lock().unwrap().is_empty(), "nothing kept for organisations at rest");
+        assert!(share.turn(a).await.is_some());
+    }
+}
