@@ -1,7 +1,6 @@
 //! memory-admin: migrations, tenant indexes, the data a deployment is populated with, the job queues, the demo
 //! corpus and local tokens.
 
-mod demo;
 mod operate;
 
 use std::{io::Write, path::PathBuf};
@@ -14,6 +13,7 @@ use memory_core::{
     ingest::Admission,
     store,
 };
+use memory_tools::demo;
 use uuid::Uuid;
 
 #[derive(Parser)]

@@ -105,7 +105,7 @@ impl ContradictionDetector {
             return Ok(Vec::new());
         }
         let mut contradicted = Vec::new();
-        let mut new_confidence = new.confidence;
+        let (mut new_confidence, mut charged) = (new.confidence, Vec::new());
         for (candidate, relation) in candidates.iter().zip(relations) {
             let first_review =
                 store::contradiction::record(&mut *tx, organization_id, new.id, candidate.memory.id, &relation).await?;
@@ -124,11 +124,12 @@ impl ContradictionDetector {
                 // must not reveal a memory hidden from them.
                 if forbids_lowering(existing, &new).is_none() {
                     new_confidence -= PENALTY;
+                    charged.push(existing.id);
                 }
             }
             contradicted.push(candidate.memory.clone());
         }
-        settle(&mut tx, &new, new_confidence).await?;
+        settle(&mut tx, &new, new_confidence, &charged).await?;
         tx.commit().await?;
         Ok(contradicted)
     }
@@ -212,12 +213,12 @@ impl ContradictionDetector {
     }
 }
 
-/// Writes the new memory's confidence and promotes it to active (queueing the review of its deferred dedup pairs,
+/// Writes the new memory's confidence (lowered because of the memories `charged`) and promotes it to active (queueing the review of its deferred dedup pairs,
 /// which waited for it to be active), or keeps (returns) it a candidate below 0.2; records the check.
-async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64) -> crate::Result<()> {
+async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, charged: &[Uuid]) -> crate::Result<()> {
     let org = new.organization_id;
     let confidence = confidence.max(0.0);
-    transitions::change_confidence(&mut *tx, org, new.id, new.confidence, confidence, "contradiction").await?;
+    transitions::change_confidence(&mut *tx, org, new.id, new.confidence, confidence, "contradiction", charged).await?;
     store::memories::mark_checked(&mut *tx, org, new.id).await?;
     match new.status {
         MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {

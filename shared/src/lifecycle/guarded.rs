@@ -97,7 +97,7 @@ pub async fn lower_confidence(
         return hold(tx, job, "lower_confidence", target, actor, why).await;
     }
     let (org, lowered) = (target.organization_id, (target.confidence - penalty).max(0.0));
-    transitions::change_confidence(&mut *tx, org, target.id, target.confidence, lowered, cause).await?;
+    transitions::change_confidence(&mut *tx, org, target.id, target.confidence, lowered, cause, &[actor.id]).await?;
     if lowered < 1e-9 {
         transitions::archive(&mut *tx, org, target.id, cause).await?;
     }

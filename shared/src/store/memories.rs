@@ -59,6 +59,12 @@ pub async fn get(executor: impl PgExecutor<'_>, organization_id: Uuid, id: Uuid)
     sqlx::query_as(&sql).bind(organization_id).bind(id).fetch_optional(executor).await
 }
 
+/// Every memory of the organisation, whatever its status (the soak's checks).
+pub async fn all(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::Result<Vec<Memory>> {
+    let sql = format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE m.organization_id = $1");
+    sqlx::query_as(&sql).bind(organization_id).fetch_all(executor).await
+}
+
 /// A memory by id if the scope filter admits it (status, scope, sensitivity), else None.
 pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid) -> sqlx::Result<Option<Memory>> {
     let mut qb = QueryBuilder::new(format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE "));

@@ -147,6 +147,7 @@ pub async fn change_confidence(
     from: f64,
     to: f64,
     reason: &str,
+    because_of: &[Uuid],
 ) -> Result<()> {
     let to = to.clamp(0.0, 1.0);
     if (to - from).abs() < 1e-9 {
@@ -164,7 +165,8 @@ pub async fn change_confidence(
     .await?
     .rows_affected();
     exactly_one(affected, || format!("memory {id} changed before its confidence could be set"))?;
-    let payload = serde_json::json!({ "memory_id": id, "from": from, "to": to, "reason": reason });
+    let payload =
+        serde_json::json!({ "memory_id": id, "from": from, "to": to, "reason": reason, "because_of": because_of });
     outbox::append(&mut *conn, organization_id, "memory.confidence_changed", payload).await?;
     Ok(())
 }
