@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo import-bench admin psql events smoke soak clean test fuzz package stack token lint fmt bench eval eval-all realtalk madial code-eval
+.PHONY: help run stop scan import-repo import-bench admin psql events smoke soak clean test fuzz package stack token lint fmt bench load eval eval-all realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -21,10 +21,11 @@ help:
 	@echo "make soak [SOAK_BATCHES=60]   the lifecycle under an adversarial model and injected faults, then its checks"
 	@echo "make clean  stop, then delete the local stack's database, virtualenv and logs (.local/)"
 	@echo "make test   the whole test suite (starts the stack it needs)"
-	@echo "make fuzz [FUZZ_CASES=20000]   every parser of outside input fed arbitrary input, many cases"
+	@echo "make fuzz [FUZZ_CASES=20000]   every parser of outside input fed arbitrary input, many cases; the readership properties over 200 worlds"
 	@echo "make package [ARCH=x86_64]   one Lambda zip per function and the MiniLM layer (target/lambda*)"
 	@echo "make token ORG=<uuid> [AGENT=<uuid>] [SCOPE=memory:any_agent]   print a local bearer token"
 	@echo "make bench [BENCH_ARGS='--sizes 10000 --queries 200']   latency and scale benchmark"
+	@echo "make load [LOAD_ARGS='--load-clients 64 --http-seconds 30']   the API and MCP at saturation: a 100,000-memory tenant's flood beside a quiet tenant"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
 	@echo "make eval-all [EVAL_ARGS=...]    the four shapes: SciFact, REALTALK, MADial-Bench, code; one summary (.local/eval-all.md)"
 	@echo "make code-eval [EVAL_ARGS=...]   code retrieval only: documented functions of chrono (Rust) and jinja2 (Python) as queries, and of serde_json imported as make import-repo imports it"
@@ -44,6 +45,7 @@ admin:
 	@scripts/run.sh admin $(ARGS)
 
 IMPORT_BENCH_ARGS ?=
+LOAD_ARGS ?=
 import-bench:
 	@scripts/run.sh import-bench $(IMPORT_BENCH_ARGS)
 
@@ -69,8 +71,9 @@ test:
 	@scripts/test.sh
 
 FUZZ_CASES ?= 20000
+# The fuzz tests with many cases, and the readership properties over 200 worlds (240,000 principal-memory cases).
 fuzz:
-	@PROPTEST_CASES=$(FUZZ_CASES) scripts/test.sh fuzz_
+	@PROPTEST_CASES=$(FUZZ_CASES) MEMORY_PROPERTY_WORLDS=200 scripts/test.sh -- fuzz_ properties::
 
 stack:
 	@scripts/stack.sh up
@@ -95,6 +98,10 @@ REALTALK ?= ../shared/data/realtalk
 
 bench:
 	@scripts/perf.sh memory-bench $(BENCH_ARGS)
+
+# The 1,000,000-memory corpus (its largest tenant holds 100,000) is loaded once and kept (--reuse).
+load:
+	@scripts/perf.sh memory-bench --load --sizes 1000000 --reuse --http-seconds 30 --cold-starts 0 $(LOAD_ARGS)
 
 eval:
 	@test -n "$(DATASET)" || { echo "usage: make eval DATASET=<dir with corpus.jsonl, queries.jsonl, qrels/test.tsv>"; exit 2; }

@@ -27,16 +27,16 @@ const SECRET: &str = "bench-secret-of-at-least-thirty-two-bytes";
 /// /proc reports CPU time in USER_HZ ticks, 100 per second on Linux.
 const TICKS_PER_S: f64 = 100.0;
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// The retrieve server (the binary next to this one, same profile) on a free loopback port.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub base: String,
 }
 
 impl Server {
-    fn spawn(args: &Args, db: &scratch::Scratch) -> anyhow::Result<Self> {
+    pub fn spawn(args: &Args, db: &scratch::Scratch) -> anyhow::Result<Self> {
         let binary = std::env::current_exe()?.with_file_name("retrieve");
         anyhow::ensure!(
             binary.exists(),
@@ -73,14 +73,32 @@ impl Server {
         Some(ticks / TICKS_PER_S)
     }
 
-    fn peak_rss_mb(&self) -> Option<f64> {
+    pub fn peak_rss_mb(&self) -> Option<f64> {
+        self.status_mb("VmHWM:")
+    }
+
+    pub fn rss_mb(&self) -> Option<f64> {
+        self.status_mb("VmRSS:")
+    }
+
+    fn status_mb(&self, field: &str) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()?)).ok()?;
-        let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+        let kb: f64 = status.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb / 1024.0)
+    }
+
+    /// Waits until the server answers its health check.
+    pub async fn ready(&self, client: &HttpClient) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while !client.get(format!("{}/healthz", self.base).parse()?).await.is_ok_and(|r| r.status().is_success()) {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "retrieve server did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 }
 
-fn token(organization: Uuid, agent: Uuid) -> String {
+pub(crate) fn token(organization: Uuid, agent: Uuid) -> String {
     let claims = retrieve::Claims {
         org_id: organization.to_string(),
         agent_id: Some(agent.to_string()),
@@ -142,11 +160,7 @@ pub async fn cold_start(
 pub async fn throughput(args: &Args, db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<HttpReport> {
     let server = Server::spawn(args, db)?;
     let client: HttpClient = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let ready = Instant::now();
-    while !client.get(format!("{}/healthz", server.base).parse()?).await.is_ok_and(|r| r.status().is_success()) {
-        anyhow::ensure!(ready.elapsed() < Duration::from_secs(30), "retrieve server did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    server.ready(&client).await?;
     let all = Arc::new(probes(corpus, 5000, args.seed + 7, None));
     let few = Arc::new(probes(corpus, REPEATED_QUERIES, args.seed + 8, None));
     let distinct = run(args, &server, &client, all).await?;

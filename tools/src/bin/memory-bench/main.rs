@@ -10,8 +10,11 @@
 //! of the rows. Then (`model`) MiniLM query-embedding latency by query length and the ingest rate through
 //! `Ingestor`, and (`http`) the real retrieve server on the last size's database: cold start to the first answer,
 //! throughput with distinct and with repeated queries, its CPU time per request and peak RSS.
+//!
+//! `--load` runs the saturation test instead (`load`, `make load`).
 
 mod http;
+mod load;
 mod model;
 mod report;
 mod retrieval;
@@ -59,6 +62,13 @@ struct Args {
     no_prewarm: bool,
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
+    /// Run the saturation test on the largest size's corpus instead of the benchmark, each phase
+    /// `--http-seconds` long.
+    #[arg(long)]
+    load: bool,
+    /// Clients of the busy organisation in the saturation test.
+    #[arg(long, default_value_t = 64)]
+    load_clients: usize,
 }
 
 fn ms(started: Instant) -> f64 {
@@ -68,6 +78,14 @@ fn ms(started: Instant) -> f64 {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.load {
+        let report = load::run(&args).await?;
+        load::print(&report);
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        }
+        return Ok(());
+    }
     let mut sizes = Vec::new();
     let mut last = None;
     for &size in &args.sizes {

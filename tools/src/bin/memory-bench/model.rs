@@ -91,7 +91,7 @@ pub async fn ingest_rate(args: &Args, model: Arc<MiniLm>) -> anyhow::Result<Inge
     Ok(IngestReport { sentence_per_s, paragraph_per_s, sentence_word_pieces, paragraph_word_pieces })
 }
 
-fn memory(text: &str) -> IngestMemory {
+pub fn memory(text: &str) -> IngestMemory {
     serde_json::from_value(serde_json::json!({
         "content": text,
         "memory_type": "semantic",
@@ -102,7 +102,7 @@ fn memory(text: &str) -> IngestMemory {
 }
 
 /// `sentences` plausible engineering sentences of 10-16 words.
-fn paragraph(sentences: usize, rng: &mut StdRng) -> String {
+pub fn paragraph(sentences: usize, rng: &mut StdRng) -> String {
     const SUBJECTS: [&str; 8] = [
         "The deploy pipeline",
         "Alice",

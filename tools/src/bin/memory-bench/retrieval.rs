@@ -53,7 +53,16 @@ const READ_SET: &str = "\
     UNION SELECT i.indexrelid FROM pg_index i JOIN base b ON i.indrelid = b.oid WHERE i.indisprimary \
     UNION SELECT i.indexrelid FROM pg_index i JOIN toast t ON i.indrelid = t.oid";
 
-pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
+/// A size's scratch database, loaded (or reused, with `--reuse`, when it holds this corpus on this schema).
+pub struct Prepared {
+    pub db: scratch::Scratch,
+    pub corpus: Corpus,
+    load_s: f64,
+    index_s: f64,
+    tenant_indexes: usize,
+}
+
+pub async fn prepare(args: &Args, size: usize) -> anyhow::Result<Prepared> {
     eprintln!("== {size} memories");
     let corpus = Corpus::plan(size, args.seed);
     let name = format!("memory_bench_{size}");
@@ -61,18 +70,20 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let schema = store::MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
     let marker =
         format!("synthetic corpus v{}, schema {schema}: {size} memories, seed {}", synthetic::VERSION, args.seed);
-    let (db, load_s, index_s, tenant_indexes) =
-        if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
-            eprintln!("reusing {name}");
-            let db = scratch::open(&name, 8).await?;
-            let tenant_indexes = store::ann::indexed_tenants(&db.admin).await?.len();
-            (db, 0.0, 0.0, tenant_indexes)
-        } else {
-            let db = scratch::recreate(&name, 8).await?;
-            let (load_s, index_s, tenant_indexes) = load(&db, &corpus).await?;
-            db.admin.execute(format!("COMMENT ON DATABASE {name} IS '{marker}'").as_str()).await?;
-            (db, load_s, index_s, tenant_indexes)
-        };
+    if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
+        eprintln!("reusing {name}");
+        let db = scratch::open(&name, 8).await?;
+        let tenant_indexes = store::ann::indexed_tenants(&db.admin).await?.len();
+        return Ok(Prepared { db, corpus, load_s: 0.0, index_s: 0.0, tenant_indexes });
+    }
+    let db = scratch::recreate(&name, 8).await?;
+    let (load_s, index_s, tenant_indexes) = load(&db, &corpus).await?;
+    db.admin.execute(format!("COMMENT ON DATABASE {name} IS '{marker}'").as_str()).await?;
+    Ok(Prepared { db, corpus, load_s, index_s, tenant_indexes })
+}
+
+pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport, scratch::Scratch, Corpus)> {
+    let Prepared { db, corpus, load_s, index_s, tenant_indexes } = prepare(args, size).await?;
 
     let prewarmed_mb = if args.no_prewarm { None } else { Some(prewarm(&db.admin).await?) };
 
@@ -254,7 +265,7 @@ async fn load(db: &scratch::Scratch, corpus: &Corpus) -> anyhow::Result<(f64, f6
 }
 
 /// Reads [`READ_SET`] into shared buffers (`pg_prewarm`), as a warm instance holds it; returns its size in MB.
-async fn prewarm(admin: &PgPool) -> anyhow::Result<f64> {
+pub async fn prewarm(admin: &PgPool) -> anyhow::Result<f64> {
     admin.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm").await?;
     let blocks: i64 =
         sqlx::query_scalar(&format!("SELECT sum(pg_prewarm(oid))::int8 FROM ({READ_SET}) r")).fetch_one(admin).await?;

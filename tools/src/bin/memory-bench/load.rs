@@ -1,0 +1,276 @@
+//! `--load`: the real retrieve server at saturation on the largest size's corpus. `--load-clients` clients of its
+//! largest organisation (REST and MCP; short, common-word and long queries) with ingest into it running alongside,
+//! and one client of a quiet organisation measured at the same time and alone. Every client honours `Retry-After`.
+//! Reports latency of the answered requests, answers by status, the server's peak RSS against its idle RSS, and
+//! the quiet organisation's p95 under load against alone.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use memory_core::{
+    embed::MiniLm,
+    ingest::{Admission, IngestBatch, Ingestor, VERSION},
+};
+use memory_tools::{
+    stats::Percentiles,
+    synthetic::{COMMON, Corpus, Organization},
+};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::{
+    Args,
+    http::{HttpClient, Server, token},
+    model, ms, retrieval,
+    workload::probes,
+};
+
+/// What one kind of client saw: latency of the 2xx answers, and every answer by status (0: no answer).
+#[derive(Serialize, Default)]
+pub struct Seen {
+    pub answered_ms: Percentiles,
+    pub by_status: BTreeMap<u16, usize>,
+    pub requests_per_s: f64,
+}
+
+#[derive(Serialize)]
+pub struct LoadReport {
+    pub memories_of_the_busy_organization: usize,
+    pub memories_of_the_quiet_organization: usize,
+    pub clients: usize,
+    pub seconds: u64,
+    pub quiet_alone: Seen,
+    pub quiet_under_load: Seen,
+    pub busy: Seen,
+    /// Memories written by the ingest running alongside.
+    pub ingested_per_s: f64,
+    pub idle_rss_mb: Option<f64>,
+    pub peak_rss_mb: Option<f64>,
+    /// Quiet p95 under load over quiet p95 alone.
+    pub quiet_p95_ratio: f64,
+}
+
+/// What a busy client asks.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// A passive retrieval of a probe's few words.
+    Short,
+    /// An agent query of eight of the commonest words.
+    Common,
+    /// An agent query of about 6 KB of probe text.
+    Long,
+    /// `memory.query` over MCP.
+    Mcp,
+}
+
+const ASKS: [Ask; 4] = [Ask::Short, Ask::Common, Ask::Long, Ask::Mcp];
+
+pub async fn run(args: &Args) -> anyhow::Result<LoadReport> {
+    let size = *args.sizes.iter().max().expect("a size");
+    let prepared = retrieval::prepare(args, size).await?;
+    if !args.no_prewarm {
+        retrieval::prewarm(&prepared.db.admin).await?;
+    }
+    let corpus = &prepared.corpus;
+    let (busy, quiet) = (&corpus.organizations[0], &corpus.organizations[corpus.organizations.len() / 10]);
+    let server = Server::spawn(args, &prepared.db)?;
+    let client: HttpClient = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    server.ready(&client).await?;
+    let seconds = Duration::from_secs(args.http_seconds);
+
+    // Warm: the model, the connections, both organisations' first reads.
+    for org in [busy, quiet] {
+        clients(&client, &server.base, corpus, org, 4, Duration::from_secs(2), args.seed, false).await;
+    }
+    let idle_rss_mb = server.rss_mb();
+    eprintln!("quiet organisation alone, {} s", args.http_seconds);
+    let quiet_alone = clients(&client, &server.base, corpus, quiet, 1, seconds, args.seed + 1, false).await;
+
+    eprintln!(
+        "{} clients of the busy organisation, ingest alongside, and the quiet one, {} s",
+        args.load_clients, args.http_seconds
+    );
+    let ingest = tokio::spawn(ingest(args.model_dir.clone(), prepared.db.app.clone(), busy.id, seconds, args.seed));
+    let (busy_seen, quiet_seen) = tokio::join!(
+        clients(&client, &server.base, corpus, busy, args.load_clients, seconds, args.seed + 2, true),
+        clients(&client, &server.base, corpus, quiet, 1, seconds, args.seed + 3, false),
+    );
+    let ingested = ingest.await??;
+    let ratio = quiet_seen.answered_ms.p95 / quiet_alone.answered_ms.p95.max(f64::EPSILON);
+    Ok(LoadReport {
+        memories_of_the_busy_organization: busy.memories,
+        memories_of_the_quiet_organization: quiet.memories,
+        clients: args.load_clients,
+        seconds: args.http_seconds,
+        quiet_alone,
+        quiet_under_load: quiet_seen,
+        busy: busy_seen,
+        ingested_per_s: ingested as f64 / seconds.as_secs_f64(),
+        idle_rss_mb,
+        peak_rss_mb: server.peak_rss_mb(),
+        quiet_p95_ratio: ratio,
+    })
+}
+
+/// `count` clients of `org` for `length`, each asking in turn (`mixed`: every kind of [`Ask`], else short
+/// passive ones), and waiting what a 429 or 503 says before the next.
+#[allow(clippy::too_many_arguments)]
+async fn clients(
+    client: &HttpClient,
+    base: &str,
+    corpus: &Corpus,
+    org: &Organization,
+    count: usize,
+    length: Duration,
+    seed: u64,
+    mixed: bool,
+) -> Seen {
+    let probes = Arc::new(probes(corpus, 2_000, seed, Some(org)));
+    let deadline = Instant::now() + length;
+    let tasks: Vec<_> = (0..count)
+        .map(|c| {
+            let (client, base, probes) = (client.clone(), base.to_string(), probes.clone());
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(seed + c as u64);
+                let (mut answered, mut by_status) = (Vec::new(), BTreeMap::<u16, usize>::new());
+                let session = format!("load-{c}-{}", Uuid::new_v4());
+                let mut turn = c * probes.len() / count;
+                while Instant::now() < deadline {
+                    turn += 1;
+                    let probe = &probes[turn % probes.len()];
+                    let ask = if mixed { ASKS[rng.random_range(0..ASKS.len())] } else { Ask::Short };
+                    let token = token(probe.organization, probe.agent);
+                    let (uri, body) = match ask {
+                        Ask::Short => (
+                            "/v1/retrieve",
+                            serde_json::json!({
+                                "mode": "passive", "query": probe.text, "session_id": session, "turn": turn,
+                                "project_id": probe.project, "task_id": probe.task,
+                            }),
+                        ),
+                        Ask::Common => {
+                            let words: Vec<&str> = (0..8).map(|_| COMMON[rng.random_range(0..COMMON.len())]).collect();
+                            ("/v1/retrieve", serde_json::json!({"mode": "agent_query", "query": words.join(" ")}))
+                        }
+                        Ask::Long => {
+                            let mut text = String::new();
+                            while text.len() < 6_000 {
+                                text.push_str(&probes[rng.random_range(0..probes.len())].text);
+                                text.push(' ');
+                            }
+                            ("/v1/retrieve", serde_json::json!({"mode": "agent_query", "query": text}))
+                        }
+                        Ask::Mcp => (
+                            "/mcp",
+                            serde_json::json!({
+                                "jsonrpc": "2.0", "id": turn, "method": "tools/call",
+                                "params": {"name": "memory.query", "arguments": {"query": probe.text}},
+                            }),
+                        ),
+                    };
+                    let request = hyper::Request::post(format!("{base}{uri}"))
+                        .header("content-type", "application/json")
+                        .header("accept", "application/json, text/event-stream")
+                        .header("authorization", format!("Bearer {token}"))
+                        .body(Full::new(Bytes::from(body.to_string())))
+                        .expect("request");
+                    let t = Instant::now();
+                    let (status, retry_after) = match client.request(request).await {
+                        Ok(response) => {
+                            let status = response.status().as_u16();
+                            let retry_after = response
+                                .headers()
+                                .get("retry-after")
+                                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                            let _ = response.into_body().collect().await;
+                            (status, retry_after)
+                        }
+                        Err(_) => (0, None),
+                    };
+                    *by_status.entry(status).or_default() += 1;
+                    if (200..300).contains(&status) {
+                        answered.push(ms(t));
+                    } else if let Some(wait) = retry_after {
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
+                }
+                (answered, by_status)
+            })
+        })
+        .collect();
+    let (mut answered, mut by_status) = (Vec::new(), BTreeMap::new());
+    for task in tasks {
+        let (a, s) = task.await.expect("a client");
+        answered.extend(a);
+        for (status, n) in s {
+            *by_status.entry(status).or_default() += n;
+        }
+    }
+    Seen {
+        requests_per_s: answered.len() as f64 / length.as_secs_f64(),
+        answered_ms: Percentiles::of(&answered),
+        by_status,
+    }
+}
+
+/// Memories written into `organization_id` through `Ingestor` (the workers' path), a batch of ten a second, for
+/// `length`: what the extraction pipeline adds while agents read.
+async fn ingest(
+    model_dir: std::path::PathBuf,
+    pool: sqlx::PgPool,
+    organization_id: Uuid,
+    length: Duration,
+    seed: u64,
+) -> anyhow::Result<usize> {
+    let model = Arc::new(MiniLm::new(&model_dir)?);
+    let ingestor = Ingestor::new(pool, model);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (started, mut written) = (Instant::now(), 0);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    while started.elapsed() < length {
+        tick.tick().await;
+        let batch = IngestBatch {
+            job_type: None,
+            version: VERSION,
+            organization_id,
+            batch_id: format!("load-{}", Uuid::new_v4()),
+            memories: (0..10).map(|i| model::memory(&format!("{} ({i})", model::paragraph(1, &mut rng)))).collect(),
+        };
+        written += ingestor.ingest(&batch, Admission::Active).await?.created;
+    }
+    Ok(written)
+}
+
+pub fn print(report: &LoadReport) {
+    let row = |name: &str, seen: &Seen| {
+        let p = seen.answered_ms;
+        println!(
+            "{name:<28} {:>7.1} answered/s  p50 {:>7.1}  p95 {:>7.1}  p99 {:>7.1} ms  statuses {:?}",
+            seen.requests_per_s, p.p50, p.p95, p.p99, seen.by_status
+        );
+    };
+    println!(
+        "busy organisation {} memories, {} clients; quiet organisation {} memories; {} s each",
+        report.memories_of_the_busy_organization,
+        report.clients,
+        report.memories_of_the_quiet_organization,
+        report.seconds
+    );
+    row("quiet alone", &report.quiet_alone);
+    row("quiet under load", &report.quiet_under_load);
+    row("busy (REST + MCP)", &report.busy);
+    println!(
+        "ingest alongside {:.1} memories/s; server RSS idle {:.0} MB, peak {:.0} MB; quiet p95 under load / alone {:.2}",
+        report.ingested_per_s,
+        report.idle_rss_mb.unwrap_or_default(),
+        report.peak_rss_mb.unwrap_or_default(),
+        report.quiet_p95_ratio
+    );
+}
