@@ -1,5 +1,7 @@
-//! Every parser of outside input, fed arbitrary bytes and text: it answers (a value or an error), never panics.
-//! `make fuzz` runs these with many more cases (`PROPTEST_CASES`) than the test suite does.
+//! Every parser of outside input, fed arbitrary bytes and text: it answers (a value or an error), never panics;
+//! and an ingest message the write gate accepts keeps every rule of the gate, as a model written apart from it
+//! ([`gate_model`]) states them, while one the model refuses is refused. `make fuzz` runs these with many more
+//! cases (`PROPTEST_CASES`) than the test suite does.
 
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -61,15 +63,42 @@ fn ingest_message() -> impl Strategy<Value = String> {
         "file_path",
         "context",
     ];
-    let memory = (prop::collection::vec((prop::sample::select(fields.to_vec()), value.clone()), 0..8), value).prop_map(
-        |(pairs, trust)| {
+    let kinds = vec![
+        "human",
+        "file",
+        "tool_output",
+        "external",
+        "conversation_turn",
+        "run",
+        "import",
+        "synthesis",
+        "merge",
+        "explicit",
+    ];
+    let sha = prop_oneof![Just(None), Just(Some("0123456789abcdef0123456789abcdef01234567")), Just(Some("not-a-sha"))];
+    // Mostly well-typed values, so that many messages parse and reach the gate's rules; some of anything.
+    let names = |all: Vec<&'static str>| prop::sample::select(all).prop_map(serde_json::Value::from);
+    let id = Just(serde_json::Value::from("0b000000-0000-4000-8000-000000000001"));
+    let typed = prop_oneof![
+        names(crate::domain::MemoryType::ALL.iter().map(|t| t.as_str()).collect()).prop_map(|v| ("memory_type", v)),
+        names(crate::domain::Scope::ALL.iter().map(|s| s.as_str()).collect()).prop_map(|v| ("scope", v)),
+        (-0.2f64..1.2).prop_map(|c| ("confidence", serde_json::Value::from(c))),
+        prop_oneof![Just("project_id"), Just("task_id"), Just("agent_id")]
+            .prop_flat_map(move |f| id.clone().prop_map(move |v| (f, v))),
+        names(vec!["2020-01-01T00:00:00Z", "2099-01-01T00:00:00Z"]).prop_map(|v| ("created_at", v)),
+        names(vec!["normal", "restricted"]).prop_map(|v| ("sensitivity", v)),
+    ];
+    let pair = prop_oneof![3 => typed, 1 => (prop::sample::select(fields.to_vec()), value.clone())];
+    let trust = prop_oneof![3 => names(vec!["verified", "unverified", "untrusted"]), 1 => value];
+    let memory = (prop::collection::vec(pair, 0..6), trust, prop::sample::select(kinds), sha).prop_map(
+        |(pairs, trust, kind, sha)| {
             let mut m: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
             m.insert("content".into(), "a fact".into());
             m.insert("memory_type".into(), "semantic".into());
             m.insert("scope".into(), "org".into());
             m.insert(
                 "provenance".into(),
-                serde_json::json!({"source_kind": "human", "source_ref": "x", "trust_level": trust}),
+                serde_json::json!({"source_kind": kind, "source_ref": "x", "trust_level": trust, "git_blob_sha": sha}),
             );
             m.insert("taxonomy".into(), serde_json::json!(["a/b"]));
             m.insert("entities".into(), serde_json::json!([{"name": "n", "kind": "k"}]));
@@ -86,9 +115,36 @@ fn ingest_message() -> impl Strategy<Value = String> {
 
 proptest! {
     #[test]
-    fn fuzz_ingest_messages_reach_the_write_gate(message in ingest_message()) {
+    fn fuzz_ingest_messages_keep_the_write_gate_s_rules(message in ingest_message()) {
         if let Ok(batch) = serde_json::from_str::<IngestBatch>(&message) {
-            let _ = crate::ingest::check(&batch);
+            let refused: Vec<(usize, &'static str)> = batch
+                .memories
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| gate_model::refuses(m).map(|rule| (i, rule)))
+                .collect();
+            match crate::ingest::check(&batch) {
+                Ok(checked) => {
+                    prop_assert!(refused.is_empty(), "accepted, though the model refuses {refused:?}: {message}");
+                    for (m, c) in batch.memories.iter().zip(&checked) {
+                        if let Some(broken) = gate_model::broken_by(m, &c.new) {
+                            prop_assert!(false, "stored against the rule that {broken}: {message}");
+                        }
+                    }
+                }
+                Err(error) => {
+                    // The batch is refused for the first memory the model refuses or one before it (the gate has
+                    // more rules than the model), or for the batch itself, saying which and why.
+                    let message = error.to_string();
+                    if let Some((i, rule)) = refused.first() {
+                        let at_or_before = (0..=*i).any(|j| {
+                            message.strip_prefix(&format!("memory {j}: ")).is_some_and(|why| why.len() > 8)
+                        });
+                        let batch_level = !message.starts_with("memory ");
+                        prop_assert!(at_or_before || batch_level, "refused as {message:?}, the model says {rule}");
+                    }
+                }
+            }
         }
     }
 
@@ -282,5 +338,96 @@ proptest! {
         });
         prop_assert!(read.is_ok(), "the read of {path:?} waited");
         prop_assert!(!matches!(read.expect("answered"), Err(FileReadError::Io { .. })), "{path:?} is an I/O error");
+    }
+}
+
+/// The write gate's rules (ARCHITECTURE.md, the write gate), stated apart from `ingest`: what a memory's source and
+/// claims allow it to be stored as.
+mod gate_model {
+    use crate::{
+        domain::{MemoryType, NewMemory, Scope, SourceKind, TrustLevel},
+        ingest::IngestMemory,
+    };
+
+    fn rank(t: TrustLevel) -> u8 {
+        match t {
+            TrustLevel::Untrusted => 0,
+            TrustLevel::Unverified => 1,
+            TrustLevel::Verified => 2,
+        }
+    }
+
+    fn blob_sha(sha: Option<&str>) -> bool {
+        sha.is_some_and(|s| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+
+    /// The trust a memory is stored with: tool output and external content untrusted; a person's or a file's named
+    /// by its blob SHA as claimed; other extraction sources at most unverified; None for a source that is not one.
+    fn trust(m: &IngestMemory) -> Option<TrustLevel> {
+        let claimed = m.provenance.trust_level;
+        match m.provenance.source_kind {
+            SourceKind::ToolOutput | SourceKind::External => Some(TrustLevel::Untrusted),
+            SourceKind::Human => Some(claimed),
+            SourceKind::File if blob_sha(m.provenance.git_blob_sha.as_deref()) => Some(claimed),
+            SourceKind::File | SourceKind::ConversationTurn | SourceKind::Run | SourceKind::Import => {
+                Some(if rank(claimed) > 1 { TrustLevel::Unverified } else { claimed })
+            }
+            _ => None,
+        }
+    }
+
+    fn cap(t: TrustLevel) -> f64 {
+        [0.5, 0.85, 1.0][rank(t) as usize]
+    }
+
+    /// A rule the memory breaks, named by the word the gate's refusal must hold.
+    pub fn refuses(m: &IngestMemory) -> Option<&'static str> {
+        let needs = match m.scope {
+            Scope::Org => true,
+            Scope::Project => m.project_id.is_some(),
+            Scope::Task => m.task_id.is_some(),
+            Scope::AgentPrivate => m.agent_id.is_some(),
+        };
+        if m.content.trim().is_empty() {
+            Some("content")
+        } else if m.memory_type == MemoryType::EntityProfile {
+            Some("entity_profile")
+        } else if !(0.0..=1.0).contains(&m.confidence) {
+            Some("confidence")
+        } else if !needs {
+            Some("scope")
+        } else if m.created_at.is_some_and(|c| c > chrono::Utc::now() + chrono::TimeDelta::minutes(5)) {
+            Some("created_at")
+        } else if let Some(trust) = trust(m) {
+            let instruction = matches!(m.memory_type, MemoryType::Procedural | MemoryType::Preference);
+            (trust == TrustLevel::Untrusted && instruction).then_some("untrusted")
+        } else {
+            Some("source_kind")
+        }
+    }
+
+    /// The rule `stored`, as the gate would store `m`, breaks; None when it keeps them all.
+    pub fn broken_by(m: &IngestMemory, stored: &NewMemory) -> Option<&'static str> {
+        let Some(trust) = trust(m) else { return Some("only extraction sources are stored") };
+        if stored.provenance.trust_level != trust {
+            Some("the trust level follows from the source")
+        } else if stored.confidence > cap(trust) || stored.confidence != m.confidence.min(cap(trust)) {
+            Some("the confidence is the claim capped by the trust level")
+        } else if trust == TrustLevel::Untrusted
+            && matches!(stored.memory_type, MemoryType::Procedural | MemoryType::Preference)
+        {
+            Some("untrusted content is never an instruction")
+        } else if stored.content.trim().is_empty() || stored.content.trim() != stored.content {
+            Some("the content is the trimmed text, never empty")
+        } else if (stored.scope, stored.project_id, stored.project_task_id, stored.agent_id)
+            != (m.scope, m.project_id, m.task_id, m.agent_id)
+            || stored.sensitivity != m.sensitivity
+        {
+            Some("who may read it is what the producer said")
+        } else if stored.provenance.source_kind != m.provenance.source_kind {
+            Some("the source is recorded as given")
+        } else {
+            None
+        }
     }
 }

@@ -402,17 +402,34 @@ async fn an_organisation_beyond_its_share_gets_429_while_another_is_served(
     assert_eq!(call(&app, &busy_token, "/v1/retrieve", query("q")).await.0, StatusCode::OK, "its turn again");
 }
 
-/// Arbitrary bodies and tokens, and JSON of the right shape with arbitrary values, through every POST route: the
-/// answer is a success or a 4xx with a JSON error, never a 5xx. `make fuzz` runs many more cases.
+/// Arbitrary bodies and tokens, and JSON of the right shape with arbitrary values, through every POST route, every
+/// tool by name and over MCP, and the reads by id: the answer is a success or a 4xx with a JSON error (over MCP, a
+/// JSON-RPC answer), never a 5xx. `make fuzz` runs many more cases.
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn fuzz_http_bodies_and_tokens_never_answer_5xx(opts: PgPoolOptions, conn: PgConnectOptions) {
     use proptest::{prelude::*, strategy::ValueTree, test_runner::TestRunner};
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    memory(org, "a fact").embedding(axis(0)).insert(&db).await;
+    let fact = memory(org, "a fact").embedding(axis(0)).insert(&db).await;
     let app = app(retriever(&db, Arc::new(FixedEmbedder::default()), None));
     let valid = sign_local_token(SECRET, &claims(org)).unwrap();
     let cases: u32 = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    // Every tool of the catalogue, and every field any of them or the routes take.
+    let listed = Request::get("/v1/tools").header(header::AUTHORIZATION, format!("Bearer {valid}")).body(Body::empty());
+    let listed = app.clone().oneshot(listed.unwrap()).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+    let listed: Value = serde_json::from_slice(&listed).unwrap();
+    let tools: Vec<String> =
+        listed["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    assert!(tools.len() >= 5, "{listed}");
+    let mut fields: Vec<String> =
+        ["mode", "query", "max_results", "session_id", "turn", "strategy", "filters", "agent_id", "cooldown_token"]
+            .map(String::from)
+            .into();
+    for tool in listed["tools"].as_array().unwrap() {
+        fields.extend(tool["input_schema"]["properties"].as_object().into_iter().flatten().map(|(k, _)| k.clone()));
+    }
+    fields.sort();
+    fields.dedup();
     let value = || {
         prop_oneof![
             Just(Value::Null),
@@ -423,27 +440,30 @@ async fn fuzz_http_bodies_and_tokens_never_answer_5xx(opts: PgPoolOptions, conn:
             Just(json!("passive")),
             Just(json!("agent_query")),
             Just(json!("hybrid")),
+            Just(json!("src/lib.rs")),
+            (0u32..5).prop_map(Value::from),
         ]
     };
-    let fields =
-        ["mode", "query", "max_results", "session_id", "turn", "strategy", "filters", "agent_id", "cooldown_token"];
-    let shaped = prop::collection::vec((prop::sample::select(fields.to_vec()), value()), 0..6)
-        .prop_map(|pairs| Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()).to_string());
+    let shaped = prop::collection::vec((prop::sample::select(fields), value()), 0..6)
+        .prop_map(|pairs| Value::Object(pairs.into_iter().collect()).to_string());
     let body = prop_oneof![
         prop::collection::vec(any::<u8>(), 0..300).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
-        shaped
+        shaped.clone()
     ];
     let token = prop_oneof![
         Just(valid.clone()),
         "[ -~]{0,200}", // header values are visible ASCII: nothing else reaches the service
         "[A-Za-z0-9_-]{10,40}\\.[A-Za-z0-9_-]{10,80}\\.[A-Za-z0-9_-]{0,40}"
     ];
-    let route = prop::sample::select(vec!["/v1/retrieve", "/v1/search", "/v1/tools/memory.query"]);
+    let mut routes: Vec<String> = ["/v1/retrieve", "/v1/search", "/v1/tools/memory.query"].map(String::from).into();
+    routes.extend(tools.iter().map(|t| format!("/v1/tools/{t}")));
+    routes.push("/v1/tools/no.such.tool".into());
+    let route = prop::sample::select(routes);
     let mut runner = TestRunner::deterministic();
     for _ in 0..cases {
         let (body, token, route) =
             (body.clone(), token.clone(), route.clone()).new_tree(&mut runner).unwrap().current();
-        let request = Request::post(route)
+        let request = Request::post(&route)
             .header(header::AUTHORIZATION, format!("Bearer {token}"))
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from(body.clone()))
@@ -456,5 +476,35 @@ async fn fuzz_http_bodies_and_tokens_never_answer_5xx(opts: PgPoolOptions, conn:
             let error: Value = serde_json::from_slice(&bytes).unwrap();
             assert!(error["error"]["code"].is_string(), "{error}");
         }
+    }
+    // Every tool over MCP with arbitrary arguments: a JSON-RPC answer (a result, `isError` or an error), never a 5xx.
+    let call = (prop::sample::select(tools), shaped, token.clone());
+    for _ in 0..cases / 2 {
+        let (tool, arguments, token) = call.new_tree(&mut runner).unwrap().current();
+        let arguments: Value = serde_json::from_str(&arguments).unwrap();
+        let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}});
+        let request = Request::post("/mcp")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(rpc.to_string()))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(!status.is_server_error(), "MCP {rpc} with {token:?}: {status} {bytes:?}");
+        if status.is_success() {
+            let answer: Value = serde_json::from_slice(&bytes).unwrap();
+            assert!(answer["result"].is_object() || answer["error"].is_object(), "{answer}");
+        }
+    }
+    // The reads by id, with arbitrary ids.
+    let id = prop_oneof![Just(fact.id.to_string()), "[0-9a-f-]{1,40}", "[0-9A-Za-z._~%-]{1,60}"];
+    for _ in 0..cases / 2 {
+        let (id, chain) = (id.clone(), any::<bool>()).new_tree(&mut runner).unwrap().current();
+        let uri = format!("/v1/memories/{id}{}", if chain { "/chain" } else { "" });
+        let request = Request::get(&uri).header(header::AUTHORIZATION, format!("Bearer {valid}")).body(Body::empty());
+        let response = app.clone().oneshot(request.unwrap()).await.unwrap();
+        assert!(!response.status().is_server_error(), "{uri}: {}", response.status());
     }
 }

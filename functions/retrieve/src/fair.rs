@@ -36,11 +36,11 @@ impl FairShare {
         Self { concurrency, wait, running: Mutex::default() }
     }
 
-    /// The default: as many requests as the process has cores, and at most half the pool's connections, for one
-    /// organisation (at least one); [`DEFAULT_WAIT`]. More would not answer it sooner, only the others later.
+    /// The default: half the process's cores and half the pool's connections for one organisation (at least
+    /// one); [`DEFAULT_WAIT`]. More would not answer it sooner, only the others later.
     pub fn of_pool(pool: &memory_core::db::PgPool) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self::new(cores.min(pool.options().get_max_connections() as usize / 2), DEFAULT_WAIT)
+        Self::new((cores / 2).min(pool.options().get_max_connections() as usize / 2), DEFAULT_WAIT)
     }
 
     pub fn concurrency(&self) -> usize {

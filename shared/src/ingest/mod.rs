@@ -122,7 +122,7 @@ pub struct Ingestor {
 
 /// A checked memory, ready to write.
 pub(crate) struct Checked {
-    new: NewMemory,
+    pub(crate) new: NewMemory,
     taxonomy: Vec<Vec<String>>,
     entities: Vec<(String, String)>,
     /// A memory of a curated import's history (superseded or archived where it was exported): it takes no chunk's

@@ -59,6 +59,8 @@ impl Server {
             .env("MEMORY_JWT_SECRET", SECRET)
             .env("MEMORY_BIND", format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "warn")
+            // Its metrics go to stdout (CloudWatch's embedded format); the logs, to stderr, stay.
+            .stdout(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()?;
         Ok(Self { child, base: format!("http://127.0.0.1:{port}") })

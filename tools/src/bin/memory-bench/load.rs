@@ -232,6 +232,8 @@ async fn ingest(
     let model = Arc::new(MiniLm::new(&model_dir)?);
     let ingestor = Ingestor::new(pool, model);
     let mut rng = StdRng::seed_from_u64(seed);
+    // Texts of this run only: a kept corpus already holds the last run's, which would be duplicates.
+    let run = Uuid::new_v4().simple().to_string();
     let (started, mut written) = (Instant::now(), 0);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while started.elapsed() < length {
@@ -241,7 +243,9 @@ async fn ingest(
             version: VERSION,
             organization_id,
             batch_id: format!("load-{}", Uuid::new_v4()),
-            memories: (0..10).map(|i| model::memory(&format!("{} ({i})", model::paragraph(1, &mut rng)))).collect(),
+            memories: (0..10)
+                .map(|i| model::memory(&format!("{} ({run} {i})", model::paragraph(1, &mut rng))))
+                .collect(),
         };
         written += ingestor.ingest(&batch, Admission::Active).await?.created;
     }
