@@ -21,7 +21,7 @@ use tracing::Instrument;
 /// scheduled sweep, and the batch is never held by it.
 const FLUSH_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 const FLUSH_ROWS: usize = 1_000;
-/// What the invocation keeps for its response after the last flush.
+/// The end of the invocation in which no flush claims more (one in flight finishes its call).
 const AFTER_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What SQS says of a message besides its body.
@@ -98,7 +98,7 @@ pub async fn process_until<H: JobHandler>(
     }
     for organization_id in written.into_iter() {
         let Some(relay) = relay else { break };
-        // Each organisation's flush is bounded, and all of them end before the invocation does.
+        // Each organisation's flush is bounded, and none claims in the invocation's last second.
         let mut budget = Budget::new(FLUSH_BUDGET, FLUSH_ROWS);
         if let Some(ends) = ends {
             let left = ends.saturating_duration_since(std::time::Instant::now()).saturating_sub(AFTER_FLUSH);

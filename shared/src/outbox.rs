@@ -167,7 +167,7 @@ impl OutboxRelay {
         let job_types = jobs.job_types();
         let (mut sent, mut failed) = (0, Vec::new());
         let (mut error, mut done) = (None, false);
-        while !budget.spent(sent) {
+        while !budget.spent(sent + failed.len()) {
             let mut tx = store::begin_relay(&self.pool, organization_id).await?;
             let batch = store::jobs::claim_unsent(&mut tx, organization_id, &job_types, &failed, BATCH).await?;
             if batch.is_empty() {

@@ -494,8 +494,12 @@ async fn fuzz_http_bodies_and_tokens_never_answer_5xx(opts: PgPoolOptions, conn:
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         assert!(!status.is_server_error(), "MCP {rpc} with {token:?}: {status} {bytes:?}");
         if status.is_success() {
+            // A fault is an internal JSON-RPC error or an unavailable tool, both with HTTP 200: neither may happen.
             let answer: Value = serde_json::from_slice(&bytes).unwrap();
             assert!(answer["result"].is_object() || answer["error"].is_object(), "{answer}");
+            assert_ne!(answer["error"]["code"], json!(-32603), "MCP {rpc}: {answer}");
+            let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(!(answer["result"]["isError"] == json!(true) && text.starts_with("unavailable")), "{answer}");
         }
     }
     // The reads by id, with arbitrary ids.

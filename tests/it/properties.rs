@@ -227,17 +227,13 @@ async fn the_scope_predicate_agrees_with_the_rules_and_reaches_never_widens_read
         let (failure, c, i) = disagreement(&db, &tree.current()).await;
         (checked, implications) = (checked + c, implications + i);
         let Some(mut failure) = failure else { continue };
-        // Shrink: keep simplifying while the world still fails, step back when it passes.
-        let mut steps = 0;
-        while steps < 200 && tree.simplify() {
+        // Shrink as proptest does: simplify while the world fails, complicate when it passes, testing each.
+        let (mut steps, mut failing) = (0, true);
+        while steps < 200 && if failing { tree.simplify() } else { tree.complicate() } {
             steps += 1;
             match disagreement(&db, &tree.current()).await.0 {
-                Some(smaller) => failure = smaller,
-                None => {
-                    if !tree.complicate() {
-                        break;
-                    }
-                }
+                Some(smaller) => (failure, failing) = (smaller, true),
+                None => failing = false,
             }
         }
         panic!("seed {seed} (MEMORY_PROPERTY_SEED={seed} replays it), shrunk {steps} steps: {failure}");

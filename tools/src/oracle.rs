@@ -263,7 +263,7 @@ mod tests {
             other_project: Row { project_id: q, ..row(3, Scope::Project) },
             task: Row { project_id: p, task_id: t, ..row(4, Scope::Task) },
             private: Row { agent_id: a, ..row(5, Scope::AgentPrivate) },
-            restricted: Row { restricted: true, ..row(6, Scope::Org) },
+            restricted: Row { restricted: true, trust: 2, confidence: 0.95, ..row(6, Scope::Org) },
             verified: Row { trust: 2, confidence: 0.95, ..row(7, Scope::Org) },
         }
     }
@@ -309,89 +309,91 @@ mod tests {
         let untrusted = Row { trust: 0, ..row(20, Scope::Org) };
         let foreign = Row { organization_id: Uuid::from_u128(2), ..row(21, Scope::Org) };
         let merge_of = |n: u128, base: &Row| Row { id: Uuid::from_u128(500 + n), ..base.clone() };
-        let cases: Vec<(&str, World)> = vec![
-            ("a duplicate narrower than what it replaced", {
+        // (the case, what its report must say, the forged world)
+        let cases: Vec<(&str, &str, World)> = vec![
+            ("a duplicate narrower than what it replaced", "which some of its readers cannot read", {
                 let mut w = world(&all);
                 w.supersessions.push((k.org.id, k.project.id, Replaced::Duplicate));
                 w
             }),
-            ("a project memory replacing another project's", {
+            ("a project memory replacing another project's", "which some of its readers cannot read", {
                 let mut w = world(&all);
                 w.supersessions.push((k.other_project.id, k.project.id, Replaced::Duplicate));
                 w
             }),
-            ("a restricted memory replacing a normal one", {
+            ("a restricted memory replacing a normal one", "which some of its readers cannot read", {
                 let mut w = world(&all);
                 w.supersessions.push((k.org.id, k.restricted.id, Replaced::Contradicted));
                 w
             }),
-            ("a less trusted memory replacing a more trusted one", {
+            ("a less trusted memory replacing a more trusted one", "which is trusted more", {
                 let mut w = world(&[&k.org, &untrusted]);
                 w.supersessions.push((k.org.id, untrusted.id, Replaced::Duplicate));
                 w
             }),
-            ("a contradiction superseding below the confidence", {
+            ("a contradiction superseding below the confidence", "by contradiction at confidence", {
                 let mut w = world(&all);
                 w.supersessions.push((k.project.id, k.org.id, Replaced::Contradicted));
                 w
             }),
-            ("a merge wider than a source", {
+            ("a merge wider than a source", "has other readers than its source", {
                 let merge = merge_of(1, &k.org);
                 let mut w = world(&[&k.project, &merge]);
                 w.supersessions.push((k.project.id, merge.id, Replaced::Merged));
                 w
             }),
-            ("a merge narrower than a source", {
+            ("a merge narrower than a source", "has other readers than its source", {
                 let merge = merge_of(2, &k.project);
                 let mut w = world(&[&k.org, &merge]);
                 w.supersessions.push((k.org.id, merge.id, Replaced::Merged));
                 w
             }),
-            ("a merge trusted more than its least trusted source", {
+            ("a merge trusted more than its least trusted source", "least trusted source", {
                 let merge = merge_of(3, &k.org);
                 let mut w = world(&[&k.org, &untrusted, &merge]);
                 w.supersessions.push((k.org.id, merge.id, Replaced::Merged));
                 w.supersessions.push((untrusted.id, merge.id, Replaced::Merged));
                 w
             }),
-            ("a profile read by someone who cannot read a source", {
+            ("a profile read by someone who cannot read a source", "has readers its source", {
                 let mut w = world(&all);
                 w.profiles.push((k.org.id, vec![k.org.id, k.private.id]));
                 w
             }),
-            ("a profile trusted more than a source", {
+            ("a profile trusted more than a source", "is trusted more than its source", {
                 let mut w = world(&[&k.verified, &k.org]);
                 w.profiles.push((k.verified.id, vec![k.org.id]));
                 w
             }),
-            ("a profile without sources", {
+            ("a profile without sources", "names no sources", {
                 let mut w = world(&all);
                 w.profiles.push((k.org.id, vec![]));
                 w
             }),
-            ("a lowering by a memory some readers cannot read", {
+            ("a lowering by a memory some readers cannot read", "which some of its readers cannot read", {
                 let mut w = world(&all);
                 w.lowerings.push((k.org.id, k.private.id));
                 w
             }),
-            ("a lowering by a less trusted memory", {
+            ("a lowering by a less trusted memory", "which is trusted more", {
                 let mut w = world(&[&k.verified, &k.org]);
                 w.lowerings.push((k.verified.id, k.org.id));
                 w
             }),
-            ("a supersession across organisations", {
+            ("a supersession across organisations", "of another organisation", {
                 let mut w = world(&[&k.org, &foreign]);
                 w.supersessions.push((k.org.id, foreign.id, Replaced::Duplicate));
                 w
             }),
-            ("a memory named that the organisation does not hold", {
+            ("a memory named that the organisation does not hold", "is named but not in the organisation", {
                 let mut w = world(&[&k.org]);
                 w.lowerings.push((k.org.id, Uuid::from_u128(4242)));
                 w
             }),
         ];
-        for (case, w) in cases {
-            assert!(!violations(&w).is_empty(), "not reported: {case}");
+        for (case, says, w) in cases {
+            let found = violations(&w);
+            assert!(found.iter().any(|v| v.contains(says)), "{case}: not reported as {says:?}, but {found:?}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Each organisation's fair share of a process: at most `concurrency` of its requests run at once; the next wait
 //! their turn, in order, up to `wait`, and are then refused with 429 and `Retry-After`. One tenant's flood then
-//! holds at most that many of the database pool's connections and never the others' turn. Under Lambda an instance
+//! holds at most twice that many of the database pool's connections (a request's two branches run at once) and
+//! never the others' turn. Under Lambda an instance
 //! serves one request at a time, so this binds only the plain server; there, reserved concurrency and API Gateway's
 //! throttling share the functions between tenants (docs/deployment.md).
 
@@ -36,11 +37,12 @@ impl FairShare {
         Self { concurrency, wait, running: Mutex::default() }
     }
 
-    /// The default: half the process's cores and half the pool's connections for one organisation (at least
-    /// one); [`DEFAULT_WAIT`]. More would not answer it sooner, only the others later.
+    /// The default: half the process's cores and half the pool's connections for one organisation (a request
+    /// holds up to two, its branches running at once), at least one; [`DEFAULT_WAIT`]. More would not answer it
+    /// sooner, only the others later.
     pub fn of_pool(pool: &memory_core::db::PgPool) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self::new((cores / 2).min(pool.options().get_max_connections() as usize / 2), DEFAULT_WAIT)
+        Self::new((cores / 2).min(pool.options().get_max_connections() as usize / 4), DEFAULT_WAIT)
     }
 
     pub fn concurrency(&self) -> usize {

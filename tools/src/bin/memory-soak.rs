@@ -163,6 +163,8 @@ async fn send(run: &str, from: usize, to: usize, terminate_connections: bool, ap
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (reads, served) = (readers.reads, readers.served);
+    // An answer whose shape changed would check nothing.
+    anyhow::ensure!(served > 0, "{reads} API reads served no memory");
     println!("soak {run}: {reads} API reads during batches {from}..{to}, {served} memories served");
     for violation in &readers.violations {
         println!("  violation: {violation}");
@@ -268,13 +270,16 @@ impl Readers {
         if passive {
             session.cooldown = answer["cooldown_token"].as_str().map(String::from);
         }
-        for hit in answer["memories"].as_array().into_iter().flatten() {
-            let memory: Memory = serde_json::from_value(hit["memory"].clone()).context("a served memory")?;
+        let profiles = answer["entity_profiles"].as_array().into_iter().flatten().map(|p| (&p["profile"], false));
+        let hits = answer["memories"].as_array().into_iter().flatten().map(|h| (&h["memory"], true));
+        for (served, ranked) in hits.chain(profiles) {
+            let memory: Memory = serde_json::from_value(served.clone()).context("a served memory")?;
             self.served += 1;
             if !oracle::may_read(asker, &Row::from(&memory)) {
                 self.violations.push(format!("{agent} of {org} was served {}, which it may not read", memory.id));
             }
             if passive
+                && ranked
                 && let Some(last) = session.last_served.insert(memory.id, turn)
                 && turn - last < COOLDOWN_TURNS
             {

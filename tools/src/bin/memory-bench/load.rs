@@ -2,7 +2,8 @@
 //! largest organisation (REST and MCP; short, common-word and long queries) with ingest into it running alongside,
 //! and one client of a quiet organisation measured at the same time and alone. Every client honours `Retry-After`.
 //! Reports latency of the answered requests, answers by status, the server's peak RSS against its idle RSS, and
-//! the quiet organisation's p95 under load against alone.
+//! the quiet organisation's p95 under load against alone. An MCP answer is counted by what it carries
+//! ([`mcp_status`]). The memories the ingest wrote are deleted afterwards, so the kept corpus stays the planned one.
 
 use std::{
     collections::BTreeMap,
@@ -103,6 +104,11 @@ pub async fn run(args: &Args) -> anyhow::Result<LoadReport> {
         clients(&client, &server.base, corpus, quiet, 1, seconds, args.seed + 3, false),
     );
     let ingested = ingest.await??;
+    sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND id = ANY($2)")
+        .bind(busy.id)
+        .bind(&ingested)
+        .execute(&prepared.db.admin)
+        .await?;
     let ratio = quiet_seen.answered_ms.p95 / quiet_alone.answered_ms.p95.max(f64::EPSILON);
     Ok(LoadReport {
         memories_of_the_busy_organization: busy.memories,
@@ -112,7 +118,7 @@ pub async fn run(args: &Args) -> anyhow::Result<LoadReport> {
         quiet_alone,
         quiet_under_load: quiet_seen,
         busy: busy_seen,
-        ingested_per_s: ingested as f64 / seconds.as_secs_f64(),
+        ingested_per_s: ingested.len() as f64 / seconds.as_secs_f64(),
         idle_rss_mb,
         peak_rss_mb: server.peak_rss_mb(),
         quiet_p95_ratio: ratio,
@@ -184,12 +190,15 @@ async fn clients(
                     let t = Instant::now();
                     let (status, retry_after) = match client.request(request).await {
                         Ok(response) => {
-                            let status = response.status().as_u16();
+                            let mut status = response.status().as_u16();
                             let retry_after = response
                                 .headers()
                                 .get("retry-after")
                                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-                            let _ = response.into_body().collect().await;
+                            let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            if matches!(ask, Ask::Mcp) && status == 200 {
+                                status = mcp_status(&body);
+                            }
                             (status, retry_after)
                         }
                         Err(_) => (0, None),
@@ -220,21 +229,37 @@ async fn clients(
     }
 }
 
+/// What an MCP answer (HTTP 200) carries, as the status REST would have answered: 500 for an internal JSON-RPC
+/// error, 503 for an unavailable tool, 400 for another tool or protocol error, 200 for a result.
+fn mcp_status(body: &[u8]) -> u16 {
+    let answer: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    if answer["error"]["code"] == -32603 {
+        500
+    } else if answer["result"]["isError"] == true {
+        if text.starts_with("unavailable") { 503 } else { 400 }
+    } else if answer["result"].is_object() {
+        200
+    } else {
+        400
+    }
+}
+
 /// Memories written into `organization_id` through `Ingestor` (the workers' path), a batch of ten a second, for
-/// `length`: what the extraction pipeline adds while agents read.
+/// `length`: what the extraction pipeline adds while agents read. Returns their ids.
 async fn ingest(
     model_dir: std::path::PathBuf,
     pool: sqlx::PgPool,
     organization_id: Uuid,
     length: Duration,
     seed: u64,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<Vec<Uuid>> {
     let model = Arc::new(MiniLm::new(&model_dir)?);
     let ingestor = Ingestor::new(pool, model);
     let mut rng = StdRng::seed_from_u64(seed);
     // Texts of this run only: a kept corpus already holds the last run's, which would be duplicates.
     let run = Uuid::new_v4().simple().to_string();
-    let (started, mut written) = (Instant::now(), 0);
+    let (started, mut written) = (Instant::now(), Vec::new());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while started.elapsed() < length {
         tick.tick().await;
@@ -247,7 +272,7 @@ async fn ingest(
                 .map(|i| model::memory(&format!("{} ({run} {i})", model::paragraph(1, &mut rng))))
                 .collect(),
         };
-        written += ingestor.ingest(&batch, Admission::Active).await?.created;
+        written.extend(ingestor.ingest(&batch, Admission::Active).await?.memory_ids);
     }
     Ok(written)
 }
