@@ -354,6 +354,20 @@ async fn every_lifecycle_path_writes_exactly_its_outbox_events_and_none_for_a_no
         detector.check(&db.app, org, new.id).await.unwrap();
         assert_eq!(outbox_counts(&db, org).await, events(&[("memory.confidence_changed", 2), ("memory.promoted", 1)]));
     }
+    // Each lowering names the memory whose contradiction caused it: the existing one by the new, the new by it.
+    let because_of: Vec<(Uuid, serde_json::Value)> = sqlx::query_as(
+        "SELECT (payload->>'memory_id')::uuid, payload->'because_of' FROM domain_event_outbox \
+         WHERE organization_id = $1 AND event_type = 'memory.confidence_changed' ORDER BY seq",
+    )
+    .bind(org)
+    .fetch_all(&db.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        because_of,
+        vec![(existing.id, serde_json::json!([new.id])), (new.id, serde_json::json!([existing.id]))],
+        "{because_of:?}"
+    );
     // A candidate with nothing to contradict is promoted, and only that.
     let lone = memory(org, "search-indexer runs nightly").embedding(axis(5)).status(MemoryStatus::Candidate);
     let lone = lone.insert(&db).await;
