@@ -4,7 +4,8 @@
 //!
 //! Each run draws a fresh seed, printed first (`MEMORY_PROPERTY_SEED=<seed>` replays it); a failing world is shrunk
 //! to a smaller one that still fails before it is reported. Worlds hold two organisations and memories of every
-//! status (candidate, active, superseded, archived, expired), read with and without history.
+//! status (candidate, active, superseded, archived, expired), read with and without history, and by the audit
+//! filter (reads by id and chains).
 
 use integration_tests::{Db, memory};
 use memory_core::{
@@ -53,6 +54,8 @@ struct GeneratedMemory {
 struct Principal {
     second: bool,
     history: bool,
+    /// Reading by id or chain (`ScopeFilter::for_audit`).
+    audit: bool,
     read_scopes: Vec<Scope>,
     agent: Option<Uuid>,
     project: Option<Uuid>,
@@ -94,19 +97,19 @@ fn generated_memory() -> impl Strategy<Value = GeneratedMemory> {
 
 fn principal() -> impl Strategy<Value = Principal> {
     (
-        (any::<bool>(), any::<bool>()),
+        (any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)),
         prop::collection::vec(scope(), 0..4),
         prop::option::of(one_of(AGENTS)),
         prop::option::of(one_of(PROJECTS)),
         prop::option::of(one_of(TASKS)),
         any::<bool>(),
     )
-        .prop_map(|((second, history), mut read_scopes, agent, project, task, gate)| {
+        .prop_map(|((second, history, audit), mut read_scopes, agent, project, task, gate)| {
             // Read scopes are a hierarchy rooted at org.
             read_scopes.push(Scope::Org);
             read_scopes.sort();
             read_scopes.dedup();
-            Principal { second, history, read_scopes, agent, project, task, gate }
+            Principal { second, history, audit, read_scopes, agent, project, task, gate }
         })
 }
 
@@ -114,20 +117,22 @@ fn principal() -> impl Strategy<Value = Principal> {
 /// (active, not expired), and superseded and archived ones too when asking for history; of those, org memories for
 /// everyone; project and task memories for a principal with that scope asking for that project or task; an agent's
 /// own memories (whatever their scope) when it reads agent-private memories; restricted ones never behind the gate.
+/// An audit read (by id, a chain) sees every status and every project and task its scopes admit, restricted too.
 fn oracle_reads(p: &Principal, org: Uuid, m: &Memory, expired: bool) -> bool {
     let current = m.status == MemoryStatus::Active && !expired;
     let past = p.history && matches!(m.status, MemoryStatus::Superseded | MemoryStatus::Archived);
-    if m.organization_id != org || !(current || past) {
+    if m.organization_id != org || !(p.audit || current || past) {
         return false;
     }
-    if p.gate && m.sensitivity == memory_core::domain::Sensitivity::Restricted {
+    if !p.audit && p.gate && m.sensitivity == memory_core::domain::Sensitivity::Restricted {
         return false;
     }
     let has = |s: Scope| p.read_scopes.contains(&s);
+    let asked = |asked: Option<Uuid>, own: Option<Uuid>| p.audit || (asked.is_some() && own == asked);
     let by_scope = match m.scope {
         Scope::Org => true,
-        Scope::Project => has(Scope::Project) && p.project.is_some() && m.project_id == p.project,
-        Scope::Task => has(Scope::Task) && p.task.is_some() && m.project_task_id == p.task,
+        Scope::Project => has(Scope::Project) && asked(p.project, m.project_id),
+        Scope::Task => has(Scope::Task) && asked(p.task, m.project_task_id),
         Scope::AgentPrivate => false,
     };
     by_scope || (has(Scope::AgentPrivate) && p.agent.is_some() && m.agent_id == p.agent)
@@ -176,6 +181,9 @@ async fn disagreement(db: &Db, world: &World) -> (Option<String>, usize, usize) 
         let mut filter = ScopeFilter::for_retrieval(org, p.read_scopes.clone(), p.agent, p.project, p.task, p.gate);
         if p.history {
             filter = filter.with_history();
+        }
+        if p.audit {
+            filter = ScopeFilter::for_audit(org, p.read_scopes.clone(), p.agent);
         }
         // Read under the principal's organisation, as every request is (RLS in force).
         let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
