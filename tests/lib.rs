@@ -154,16 +154,9 @@ pub fn local_app(retriever: Retriever) -> axum::Router {
 
 /// A local token for `org` (acting as `agent`, with `scope` when given), valid ten minutes.
 pub fn local_token(org: Uuid, agent: Option<Uuid>, scope: Option<&str>) -> String {
-    use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token};
-    let claims = retrieve::Claims {
-        org_id: org.to_string(),
-        agent_id: agent.map(|a| a.to_string()),
-        scope: scope.map(str::to_string),
-        exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
-        iss: Some(LOCAL_ISSUER.into()),
-        aud: Some(LOCAL_AUDIENCE.into()),
-    };
-    sign_local_token(TEST_SECRET, &claims).expect("a token")
+    let local = retrieve::Claims::local(org, agent, std::time::Duration::from_secs(600));
+    let claims = retrieve::Claims { scope: scope.map(str::to_string), ..local };
+    retrieve::auth::sign_local_token(TEST_SECRET, &claims).expect("a token")
 }
 
 /// The retrieve app behind API Gateway's authorizer, for the API id and stage of the sample events in `events/`.

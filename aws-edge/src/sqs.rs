@@ -99,11 +99,9 @@ pub async fn process_until<H: JobHandler>(
     for organization_id in written.into_iter() {
         let Some(relay) = relay else { break };
         // Each organisation's flush is bounded, and none claims in the invocation's last second.
-        let mut budget = Budget::new(FLUSH_BUDGET, FLUSH_ROWS);
-        if let Some(ends) = ends {
-            let left = ends.saturating_duration_since(std::time::Instant::now()).saturating_sub(AFTER_FLUSH);
-            budget = Budget::new(FLUSH_BUDGET.min(left), FLUSH_ROWS);
-        }
+        let left =
+            ends.map(|ends| ends.saturating_duration_since(std::time::Instant::now()).saturating_sub(AFTER_FLUSH));
+        let budget = Budget::new(left.map_or(FLUSH_BUDGET, |left| FLUSH_BUDGET.min(left)), FLUSH_ROWS);
         if let Err(error) = relay.flush_within(organization_id, budget).await {
             tracing::warn!(%organization_id, error = %error, "domain events left in the outbox for the scheduled sweep");
         }

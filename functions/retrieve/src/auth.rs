@@ -38,6 +38,23 @@ pub struct Claims {
 }
 
 impl Claims {
+    /// The claims of a local token (the local issuer and audience) for `org`, acting as `agent` when given, valid
+    /// for `valid_for` from now.
+    pub fn local(org: Uuid, agent: Option<Uuid>, valid_for: std::time::Duration) -> Self {
+        Self {
+            org_id: org.to_string(),
+            agent_id: agent.map(|a| a.to_string()),
+            scope: None,
+            exp: Some(
+                (std::time::SystemTime::now() + valid_for)
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            ),
+            iss: Some(LOCAL_ISSUER.into()),
+            aud: Some(LOCAL_AUDIENCE.into()),
+        }
+    }
+
     fn from_map(map: &HashMap<String, String>) -> Result<Self, ApiError> {
         Ok(Self {
             org_id: map.get("org_id").cloned().ok_or_else(|| ApiError::unauthorized("token has no org_id claim"))?,

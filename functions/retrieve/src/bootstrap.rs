@@ -33,12 +33,8 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
     if let Some(reader) = memory_core::code::RepositoryReader::from_env()? {
         retriever = retriever.with_repositories(Arc::new(reader), memory_core::code::exclude::Exclusions::secrets()?);
     }
-    let mut state = AppState::new(retriever, auth);
-    let default = state.fair.concurrency();
-    let concurrency = memory_core::config::parsed_or("MEMORY_ORG_CONCURRENCY", default)?;
-    let wait = memory_core::config::parsed_or("MEMORY_ORG_WAIT_MS", crate::fair::DEFAULT_WAIT.as_millis() as u64)?;
-    state.fair = Arc::new(crate::fair::FairShare::new(concurrency, std::time::Duration::from_millis(wait)));
-    Ok(state)
+    let fair = crate::fair::FairShare::from_env(retriever.pool())?;
+    Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth), fair: Arc::new(fair) })
 }
 
 /// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`; the token's

@@ -1,9 +1,8 @@
 //! Each organisation's fair share of a process: at most `concurrency` of its requests run at once; the next wait
 //! their turn, in order, up to `wait`, and are then refused with 429 and `Retry-After`. One tenant's flood then
 //! holds at most twice that many of the database pool's connections (a request's two branches run at once) and
-//! never the others' turn. Under Lambda an instance
-//! serves one request at a time, so this binds only the plain server; there, reserved concurrency and API Gateway's
-//! throttling share the functions between tenants (docs/deployment.md).
+//! never the others' turn. A Lambda instance serves one request at a time, so this binds only the plain server
+//! (docs/deployment.md, sharing between tenants).
 
 use std::{
     collections::HashMap,
@@ -37,12 +36,18 @@ impl FairShare {
         Self { concurrency, wait, running: Mutex::default() }
     }
 
-    /// The default: half the process's cores and half the pool's connections for one organisation (a request
-    /// holds up to two, its branches running at once), at least one; [`DEFAULT_WAIT`]. More would not answer it
-    /// sooner, only the others later.
+    /// The default: half the process's cores and a quarter of the pool's connections for one organisation (a
+    /// request holds up to two, its branches running at once), at least one; [`DEFAULT_WAIT`]. More would not
+    /// answer it sooner, only the others later.
     pub fn of_pool(pool: &memory_core::db::PgPool) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        Self::new((cores / 2).min(pool.options().get_max_connections() as usize / 4), DEFAULT_WAIT)
+        Self::new(default_concurrency(pool), DEFAULT_WAIT)
+    }
+
+    /// [`of_pool`](Self::of_pool), with `MEMORY_ORG_CONCURRENCY` and `MEMORY_ORG_WAIT_MS` where set.
+    pub fn from_env(pool: &memory_core::db::PgPool) -> Result<Self, memory_core::config::ConfigError> {
+        let concurrency = memory_core::config::parsed_or("MEMORY_ORG_CONCURRENCY", default_concurrency(pool))?;
+        let wait = memory_core::config::parsed_or("MEMORY_ORG_WAIT_MS", DEFAULT_WAIT.as_millis() as u64)?;
+        Ok(Self::new(concurrency, Duration::from_millis(wait)))
     }
 
     pub fn concurrency(&self) -> usize {
@@ -60,6 +65,11 @@ impl FairShare {
         let turn = Turn { share: self.clone(), organization_id, permit };
         turn.permit.is_some().then_some(turn)
     }
+}
+
+fn default_concurrency(pool: &memory_core::db::PgPool) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores / 2).min(pool.options().get_max_connections() as usize / 4)
 }
 
 /// An organisation's running request; the last one out forgets the organisation.

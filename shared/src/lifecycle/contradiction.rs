@@ -213,8 +213,9 @@ impl ContradictionDetector {
     }
 }
 
-/// Writes the new memory's confidence (lowered because of the memories `charged`) and promotes it to active (queueing the review of its deferred dedup pairs,
-/// which waited for it to be active), or keeps (returns) it a candidate below 0.2; records the check.
+/// Writes the new memory's confidence (lowered because of the memories `charged`) and promotes it to active
+/// (queueing the review of its deferred dedup pairs, which waited for it to be active), or keeps (returns) it a
+/// candidate below 0.2; records the check.
 async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, charged: &[Uuid]) -> crate::Result<()> {
     let org = new.organization_id;
     let confidence = confidence.max(0.0);

@@ -19,9 +19,9 @@ use super::{
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
 pub const MAX_QUERY_TERMS: usize = 32;
-/// Postings one query reads at most by default (about 12 MB): its terms are taken rarest first while their postings together
-/// stay within it (the rarest always), and a commoner term beyond it is not scored. Binds only on a large tenant's
-/// common words, the terms that weigh least in BM25; the ranking is exact over the terms taken.
+/// Postings one query reads at most by default (about 12 MB): its terms are taken rarest first while their postings
+/// together stay within it (the rarest always), and a commoner term beyond it is not scored. Binds only on a large
+/// tenant's common words, the terms that weigh least in BM25; the ranking is exact over the terms taken.
 pub const POSTING_BUDGET: usize = 500_000;
 /// BM25's term-frequency saturation (k1) and length normalisation (b).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -139,7 +139,8 @@ pub async fn archive(conn: &mut PgConnection, organization_id: Uuid, id: Uuid, r
     Ok(())
 }
 
-/// Sets a memory's confidence from `from` to `to`; nothing (no event) when they are equal.
+/// Sets a memory's confidence from `from` to `to`, its event naming the memories that caused it (`because_of`, a
+/// contradiction's); nothing (no event) when they are equal.
 pub async fn change_confidence(
     conn: &mut PgConnection,
     organization_id: Uuid,

@@ -360,14 +360,7 @@ struct Prober {
 impl Prober {
     fn start(api: &str) -> anyhow::Result<Self> {
         let secret = config::required("MEMORY_JWT_SECRET")?;
-        let claims = retrieve::Claims {
-            org_id: DEMO_ORG.into(),
-            agent_id: None,
-            scope: None,
-            exp: Some(chrono::Utc::now().timestamp() as u64 + 24 * 3600),
-            iss: Some(retrieve::auth::LOCAL_ISSUER.into()),
-            aud: Some(retrieve::auth::LOCAL_AUDIENCE.into()),
-        };
+        let claims = retrieve::Claims::local(DEMO_ORG.parse()?, None, Duration::from_secs(24 * 3600));
         let token = retrieve::auth::sign_local_token(&secret, &claims)?;
         let (samples, running) = (Arc::new(std::sync::Mutex::new(Vec::new())), Arc::new(AtomicBool::new(true)));
         let (url, into, go) = (format!("{api}/v1/tools/memory.query"), samples.clone(), running.clone());

@@ -186,6 +186,8 @@ struct Session {
 struct Readers {
     client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
     base: String,
+    /// The local tokens' signing secret.
+    secret: String,
     session: String,
     /// Per (organisation, agent): its passive session.
     sessions: HashMap<(Uuid, Uuid), Session>,
@@ -199,7 +201,17 @@ impl Readers {
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
         let base = if api.starts_with("http") { api.to_string() } else { format!("http://{api}") };
         let session = format!("soak-{run}-{}", Uuid::now_v7());
-        Ok(Self { client, base, session, sessions: HashMap::new(), reads: 0, served: 0, violations: Vec::new() })
+        let secret = memory_core::config::required("MEMORY_JWT_SECRET")?;
+        Ok(Self {
+            client,
+            base,
+            secret,
+            session,
+            sessions: HashMap::new(),
+            reads: 0,
+            served: 0,
+            violations: Vec::new(),
+        })
     }
 
     /// Each organisation's coder (every read scope) and reviewer (org only), in passive mode and as a query.
@@ -241,15 +253,8 @@ impl Readers {
         } else {
             body["mode"] = json!("agent_query");
         }
-        let claims = retrieve::Claims {
-            org_id: org.to_string(),
-            agent_id: Some(agent.to_string()),
-            exp: Some(chrono::Utc::now().timestamp() as u64 + 600),
-            iss: Some(retrieve::auth::LOCAL_ISSUER.into()),
-            aud: Some(retrieve::auth::LOCAL_AUDIENCE.into()),
-            ..retrieve::Claims::default()
-        };
-        let token = retrieve::auth::sign_local_token(&memory_core::config::required("MEMORY_JWT_SECRET")?, &claims)?;
+        let claims = retrieve::Claims::local(org, Some(agent), Duration::from_secs(600));
+        let token = retrieve::auth::sign_local_token(&self.secret, &claims)?;
         let request = hyper::Request::post(format!("{}/v1/retrieve", self.base))
             .header("content-type", "application/json")
             .header("authorization", format!("Bearer {token}"))

@@ -101,14 +101,7 @@ impl Server {
 }
 
 pub(crate) fn token(organization: Uuid, agent: Uuid) -> String {
-    let claims = retrieve::Claims {
-        org_id: organization.to_string(),
-        agent_id: Some(agent.to_string()),
-        scope: None,
-        exp: Some(chrono::Utc::now().timestamp() as u64 + 3600),
-        iss: Some(retrieve::auth::LOCAL_ISSUER.into()),
-        aud: Some(retrieve::auth::LOCAL_AUDIENCE.into()),
-    };
+    let claims = retrieve::Claims::local(organization, Some(agent), Duration::from_secs(3600));
     retrieve::auth::sign_local_token(SECRET, &claims).expect("token")
 }
 

@@ -146,13 +146,15 @@ async fn clients(
             tokio::spawn(async move {
                 let mut rng = StdRng::seed_from_u64(seed + c as u64);
                 let (mut answered, mut by_status) = (Vec::new(), BTreeMap::<u16, usize>::new());
+                let mut tokens = std::collections::HashMap::new();
                 let session = format!("load-{c}-{}", Uuid::new_v4());
                 let mut turn = c * probes.len() / count;
                 while Instant::now() < deadline {
                     turn += 1;
                     let probe = &probes[turn % probes.len()];
                     let ask = if mixed { ASKS[rng.random_range(0..ASKS.len())] } else { Ask::Short };
-                    let token = token(probe.organization, probe.agent);
+                    let token =
+                        tokens.entry(probe.agent).or_insert_with(|| token(probe.organization, probe.agent)).clone();
                     let (uri, body) = match ask {
                         Ask::Short => (
                             "/v1/retrieve",
