@@ -483,6 +483,21 @@ async fn check_organization(admin: &PgPool, org: Uuid, since: f64, totals: &mut 
     .bind(org)
     .fetch_all(&mut *tx)
     .await?;
+    // A lowering by a contradiction names the memories that caused it, or the oracle could not check it.
+    let unexplained: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM domain_event_outbox WHERE organization_id = $1 \
+         AND event_type = 'memory.confidence_changed' AND created_at >= to_timestamp($2) \
+         AND payload->>'reason' IN ('contradicted', 'contradiction') \
+         AND (payload->>'to')::float8 < (payload->>'from')::float8 \
+         AND jsonb_array_length(coalesce(payload->'because_of', '[]')) = 0",
+    )
+    .bind(org)
+    .bind(since)
+    .fetch_one(&mut *tx)
+    .await?;
+    if unexplained > 0 {
+        violations.push(format!("{org}: {unexplained} confidences lowered by a contradiction name no cause"));
+    }
     violations.extend(oracle::violations(&world).into_iter().map(|v| format!("{org}: {v}")));
 
     totals.contradicted += world.supersessions.iter().filter(|s| s.2 == Replaced::Contradicted).count();
