@@ -81,9 +81,11 @@ start)
     done
     admin ann-indexes
     local_env
-    start retrieve "$CARGO_TARGET_DIR/debug/retrieve"
+    # The services reach the bus and the queues through MEMORY_AWS_PROXY when one is given (make soak's faults).
+    AWS_ENDPOINT_URL="${MEMORY_AWS_PROXY:-$AWS_ENDPOINT_URL}" start retrieve "$CARGO_TARGET_DIR/debug/retrieve"
     # Without Bedrock the workers run the offline model stand-in (MEMORY_LLM=offline).
-    MEMORY_LLM="${MEMORY_WORKERS_LLM:-offline}" start workers "$CARGO_TARGET_DIR/debug/local-workers"
+    AWS_ENDPOINT_URL="${MEMORY_AWS_PROXY:-$AWS_ENDPOINT_URL}" MEMORY_LLM="${MEMORY_WORKERS_LLM:-offline}" \
+        start workers "$CARGO_TARGET_DIR/debug/local-workers"
     for _ in $(seq 1 150); do curl -fsS "$URL/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
     curl -fsS "$URL/healthz" >/dev/null || { echo "[run] server did not come up; see .local/retrieve.log" >&2; exit 1; }
     running workers || { echo "[run] workers did not start; see .local/workers.log" >&2; exit 1; }

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
 # make soak [SOAK_BATCHES=60]: the lifecycle as production runs it. make run's API and workers, the workers with
 # the adversarial model stand-in (it obeys instructions in memory text, answers in prose, names ids it was not
-# given); a stream of producers' messages through the ingest queue, with every connection of the application role
-# killed once and the workers' process killed mid-stream and restarted; then the checks (memory-soak check) and
-# the counts. Exits non-zero on any violation.
+# given), both calling the bus and the queues through a fault-injecting proxy (calls dropped, throttled, answers
+# lost, outages); a stream of producers' messages through the ingest queue, with every connection of the
+# application role killed once and the workers' process killed mid-stream and restarted; then the checks
+# (memory-soak check) and the counts. Exits non-zero on any violation.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 BATCHES="${SOAK_BATCHES:-60}"
 RUN="$(date +%s)"
 export MEMORY_WORKERS_LLM=adversarial
-"$ROOT/scripts/run.sh" stop >/dev/null 2>&1 || true
-"$ROOT/scripts/run.sh" start >/dev/null
-load_stack_env
 soak() { "$CARGO_TARGET_DIR/debug/memory-soak" "$@"; }
+"$ROOT/scripts/run.sh" stop >/dev/null 2>&1 || true
+"$ROOT/scripts/stack.sh" up >/dev/null
+load_stack_env
+[[ -x "$CARGO_TARGET_DIR/debug/memory-soak" ]] || cargo build --quiet --workspace --bins
+# What reaches the bus is counted from a queue of the run's own, subscribed before anything publishes.
+soak subscribe --run "$RUN"
+PROXY="127.0.0.1:$((MEMORY_MOTO_PORT + 1))"
+"$CARGO_TARGET_DIR/debug/memory-soak" proxy --listen "$PROXY" --upstream "$AWS_ENDPOINT_URL" >"$ROOT/.local/soak-proxy.log" 2>&1 &
+proxy_pid=$!
+trap 'kill "$proxy_pid" 2>/dev/null || true' EXIT
+MEMORY_AWS_PROXY="http://$PROXY" "$ROOT/scripts/run.sh" start >/dev/null
 half=$((BATCHES / 2))
 echo "[soak] run $RUN: $BATCHES batches; the application's connections killed halfway through the first $half" >&2
 soak send --run "$RUN" --from 0 --to "$half" --terminate-connections
@@ -20,6 +29,6 @@ soak send --run "$RUN" --from 0 --to "$half" --terminate-connections
 kill -9 "$(cat "$ROOT/.local/workers.pid")"
 rm -f "$ROOT/.local/workers.pid"   # a killed process may linger as a zombie that kill -0 still finds
 echo "[soak] workers killed; restarting them" >&2
-"$ROOT/scripts/run.sh" start >/dev/null
+MEMORY_AWS_PROXY="http://$PROXY" "$ROOT/scripts/run.sh" start >/dev/null
 soak send --run "$RUN" --from "$half" --to "$BATCHES"
-soak check --run "$RUN" --sent "$BATCHES" --faults 1 --wait "${SOAK_WAIT:-300}"
+soak check --run "$RUN" --sent "$BATCHES" --faults 1 --wait "${SOAK_WAIT:-300}" --proxy "$PROXY"

@@ -234,6 +234,10 @@ down)
     stop_moto
     ;;
 clean)
+    # make run's processes first: their pid files are about to go.
+    for name in retrieve workers; do
+        if [[ -f "$LOCAL/$name.pid" ]]; then kill "$(cat "$LOCAL/$name.pid")" 2>/dev/null || true; fi
+    done
     if [[ -x "$VENV/bin/python" ]]; then stop_postgres; fi
     stop_moto
     rm -rf "$LOCAL"

@@ -4,19 +4,29 @@
 //! untrusted text that tells the model every memory contradicts it, and messages the write gate refuses; with
 //! `--terminate-connections` it also kills every connection of the application role once, mid-stream. `check`
 //! waits for the flow to settle, runs the lifecycle sweep, then checks what must hold and prints the counts.
+//! `subscribe` gives the run a queue of every event the bus receives; `proxy` serves the faults the services meet
+//! on their way to the bus and the queues.
 
-use std::{collections::HashMap, time::Duration};
+mod bus;
+mod proxy;
+mod readers;
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    time::Duration,
+};
 
 use anyhow::Context;
 use aws_edge::dead_letters;
 use clap::{Parser, Subcommand};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use memory_core::{db, domain::Memory, jobs::JobType, lifecycle::sweep, outbox::DEFAULT_SWEEP_ORGANIZATIONS, store};
+use memory_core::{db, jobs::JobType, lifecycle::sweep, outbox::DEFAULT_SWEEP_ORGANIZATIONS, store};
 use memory_tools::{
     demo,
-    oracle::{self, Principal, Replaced, Row, World},
+    oracle::{self, Replaced, Row, World},
 };
+use proxy::Fault;
+use readers::Readers;
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -65,6 +75,21 @@ enum Command {
         /// Faults injected by the script around this binary (worker kills), for the report.
         #[arg(long, default_value_t = 0)]
         faults: usize,
+        /// The fault proxy the services called AWS through: each fault must have reached the bus and the queues.
+        #[arg(long)]
+        proxy: Option<String>,
+    },
+    /// Subscribe a queue of the run's to every event of the bus (before the services start).
+    Subscribe {
+        #[arg(long)]
+        run: String,
+    },
+    /// Serve the fault-injecting proxy at `listen` in front of `upstream` (the local AWS endpoint).
+    Proxy {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long, env = "AWS_ENDPOINT_URL")]
+        upstream: String,
     },
 }
 
@@ -74,7 +99,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Send { run, from, to, terminate_connections, api } => {
             send(&run, from, to, terminate_connections, &api).await
         }
-        Command::Check { run, sent, wait, faults } => check(&run, sent, wait, faults).await,
+        Command::Check { run, sent, wait, faults, proxy } => check(&run, sent, wait, faults, proxy.as_deref()).await,
+        Command::Subscribe { run } => bus::subscribe(&aws_edge::relay::sdk_config().await, &run).await,
+        Command::Proxy { listen, upstream } => proxy::serve(listen, upstream).await,
     }
 }
 
@@ -173,128 +200,6 @@ async fn send(run: &str, from: usize, to: usize, terminate_connections: bool, ap
     Ok(())
 }
 
-/// A passive session: the cooldown token to send back and, per memory, the turn it was last served.
-#[derive(Default)]
-struct Session {
-    cooldown: Option<String>,
-    last_served: HashMap<Uuid, usize>,
-}
-
-/// The demo agents of both organisations reading through the API while the lifecycle runs: each answer holds only
-/// memories the oracle says the asker may read, and passive injection repeats no memory within a session's
-/// cooldown.
-struct Readers {
-    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
-    base: String,
-    /// The local tokens' signing secret.
-    secret: String,
-    session: String,
-    /// Per (organisation, agent): its passive session.
-    sessions: HashMap<(Uuid, Uuid), Session>,
-    reads: usize,
-    served: usize,
-    violations: Vec<String>,
-}
-
-impl Readers {
-    fn new(api: &str, run: &str) -> anyhow::Result<Self> {
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        let base = if api.starts_with("http") { api.to_string() } else { format!("http://{api}") };
-        let session = format!("soak-{run}-{}", Uuid::now_v7());
-        let secret = memory_core::config::required("MEMORY_JWT_SECRET")?;
-        Ok(Self {
-            client,
-            base,
-            secret,
-            session,
-            sessions: HashMap::new(),
-            reads: 0,
-            served: 0,
-            violations: Vec::new(),
-        })
-    }
-
-    /// Each organisation's coder (every read scope) and reviewer (org only), in passive mode and as a query.
-    async fn read(&mut self, turn: usize) -> anyhow::Result<()> {
-        for (o, organization_id) in ORGS.into_iter().enumerate() {
-            for (agent, all_scopes) in [(demo::CODER[o], true), (demo::REVIEWER[o], false)] {
-                for passive in [true, false] {
-                    let asker = Principal {
-                        organization_id,
-                        agent_id: Some(agent),
-                        project_scope: all_scopes,
-                        task_scope: all_scopes,
-                        agent_private_scope: all_scopes,
-                        project_id: Some(demo::PROJECT[o]),
-                        task_id: Some(demo::TASK[o]),
-                        gated: passive,
-                    };
-                    self.read_as(&asker, turn, passive).await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn read_as(&mut self, asker: &Principal, turn: usize, passive: bool) -> anyhow::Result<()> {
-        let (org, agent) = (asker.organization_id, asker.agent_id.expect("an agent"));
-        let key = (org, agent);
-        let mut body = json!({
-            "query": format!("when does service-{} deploy", turn % 4), "max_results": 20,
-            "project_id": asker.project_id, "task_id": asker.task_id,
-        });
-        if passive {
-            body["mode"] = json!("passive");
-            body["session_id"] = json!(format!("{}-{agent}", self.session));
-            body["turn"] = json!(turn);
-            if let Some(token) = self.sessions.get(&key).and_then(|s| s.cooldown.as_ref()) {
-                body["cooldown_token"] = json!(token);
-            }
-        } else {
-            body["mode"] = json!("agent_query");
-        }
-        let claims = retrieve::Claims::local(org, Some(agent), Duration::from_secs(600));
-        let token = retrieve::auth::sign_local_token(&self.secret, &claims)?;
-        let request = hyper::Request::post(format!("{}/v1/retrieve", self.base))
-            .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {token}"))
-            .body(Full::new(Bytes::from(body.to_string())))?;
-        let response = self.client.request(request).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await?.to_bytes();
-        self.reads += 1;
-        if !status.is_success() {
-            // A connection killed or a worker restarting may cost a read a 503; never a 4xx or a 500.
-            if status.as_u16() != 503 {
-                self.violations.push(format!("a read answered {status}: {}", String::from_utf8_lossy(&bytes)));
-            }
-            return Ok(());
-        }
-        let answer: serde_json::Value = serde_json::from_slice(&bytes)?;
-        let session = self.sessions.entry(key).or_default();
-        if passive {
-            session.cooldown = answer["cooldown_token"].as_str().map(String::from);
-        }
-        let profiles = answer["entity_profiles"].as_array().into_iter().flatten().map(|p| (&p["profile"], false));
-        let hits = answer["memories"].as_array().into_iter().flatten().map(|h| (&h["memory"], true));
-        for (served, ranked) in hits.chain(profiles) {
-            let memory: Memory = serde_json::from_value(served.clone()).context("a served memory")?;
-            self.served += 1;
-            if !oracle::may_read(asker, &Row::from(&memory)) {
-                self.violations.push(format!("{agent} of {org} was served {}, which it may not read", memory.id));
-            }
-            if passive
-                && ranked
-                && let Some(last) = session.last_served.insert(memory.id, turn)
-                && turn - last < COOLDOWN_TURNS
-            {
-                self.violations.push(format!("{} injected at turns {last} and {turn} of one session", memory.id));
-            }
-        }
-        Ok(())
-    }
-}
-
 fn admin_pool() -> anyhow::Result<PgPool> {
     let url = memory_core::config::required("MEMORY_ADMIN_DATABASE_URL")?;
     Ok(db::pool(&memory_core::config::DatabaseConfig::with_url(url.into())?)?)
@@ -331,7 +236,7 @@ async fn settle(sqs: &aws_sdk_sqs::Client, admin: &PgPool, wait: Duration) -> an
     Ok(false)
 }
 
-async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Result<()> {
+async fn check(run: &str, sent: usize, wait: u64, faults: usize, proxy: Option<&str>) -> anyhow::Result<()> {
     let sqs = aws_sdk_sqs::Client::new(&aws_edge::relay::sdk_config().await);
     let admin = admin_pool()?;
     let app = db::pool(&memory_core::config::DatabaseConfig::from_env()?)?;
@@ -340,16 +245,39 @@ async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Resu
     if !settle(&sqs, &admin, wait).await? {
         violations.push("the flow did not settle in time".into());
     }
-    // The schedule's backstop, with no grace: whatever the messages left undecided is decided now.
+    // Every job ran: no candidate waits for its contradiction check (a job lost on its way would leave it waiting
+    // for the sweep's backstop).
+    for org in ORGS {
+        let mut tx = store::begin_for_org(&admin, org).await?;
+        let undecided: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM memory WHERE organization_id = $1 AND status = 'candidate' AND checked_at IS NULL",
+        )
+        .bind(org)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if undecided > 0 {
+            violations.push(format!("{org}: {undecided} candidates whose contradiction check never ran"));
+        }
+    }
+    // The schedule's backstop, with no grace: what the messages left undecided (deferred pairs) is decided now.
     let swept = sweep::run(&app, chrono::TimeDelta::zero(), DEFAULT_SWEEP_ORGANIZATIONS).await?;
     if !settle(&sqs, &admin, wait).await? {
         violations.push("the flow did not settle after the sweep".into());
     }
 
     let since: f64 = run.parse().context("the run is the Unix time it started")?;
+    let delivered = bus::delivered(&sqs, run).await?;
+    let (traffic, injected) = match proxy {
+        Some(address) => {
+            let report = proxy::report(address).await?;
+            (Some(Traffic::from(&report)), injected_faults(&report, &mut violations))
+        }
+        None => (None, String::new()),
+    };
     let mut totals = Totals::default();
     for org in ORGS {
-        violations.extend(check_organization(&admin, org, since, &mut totals).await?);
+        violations.extend(check_organization(&admin, org, since, &delivered, traffic.as_ref(), &mut totals).await?);
     }
 
     // Every dead letter is one of the messages meant to be refused.
@@ -368,12 +296,13 @@ async fn check(run: &str, sent: usize, wait: u64, faults: usize) -> anyhow::Resu
     if dead < refused {
         violations.push(format!("{refused} refused messages sent, {dead} on the dead-letter queues"));
     }
-    let Totals { stored, pairs, profiles, events, held, leased, contradicted, lowered } = totals;
+    let Totals { stored, pairs, profiles, events, held, leased, contradicted, lowered, again } = totals;
     println!(
         "soak {run}: {sent} batches sent to each of {} organisations ({refused} refused by design), {stored} memories, \
          {pairs} dedup pairs decided, {contradicted} superseded by a contradiction, {lowered} confidences lowered, \
          {profiles} profiles written, {held} decisions held, {} decisions by the sweep, {leased} pairs in a review's \
-         lease, {events} events, {} faults injected, {dead} dead letters, {} violations",
+         lease, {events} events ({again} of them on the bus again, under the same outbox id), {} faults injected \
+         besides the proxy's{injected}, {dead} dead letters, {} violations",
         ORGS.len(),
         swept.promoted_unchecked + swept.reviews_queued,
         faults + 1,
@@ -397,24 +326,65 @@ struct Totals {
     leased: i64,
     contradicted: usize,
     lowered: usize,
+    /// This run's events the bus received more than once (an answer lost, the call made again).
+    again: usize,
+}
+
+/// The proxy's faults, for the report; a violation for each fault that never reached the bus, the job queues'
+/// senders or their pollers (the run would not have tested it).
+fn injected_faults(report: &proxy::Report, violations: &mut Vec<String>) -> String {
+    let counts = &report.faults;
+    for operation in ["AWSEvents.PutEvents", "AmazonSQS.SendMessageBatch", "AmazonSQS.ReceiveMessage"] {
+        for fault in [Fault::Dropped, Fault::Throttled, Fault::Lost] {
+            if counts.get(operation).and_then(|c| c.get(&fault)).copied().unwrap_or(0) == 0 {
+                violations.push(format!("the proxy never met {operation} with {fault:?}: the run did not test it"));
+            }
+        }
+    }
+    let total = |fault| counts.values().filter_map(|c| c.get(&fault)).sum::<u64>();
+    format!(
+        " ({} calls dropped, {} throttled, {} answers lost, {} passed)",
+        total(Fault::Dropped),
+        total(Fault::Throttled),
+        total(Fault::Lost),
+        total(Fault::Passed)
+    )
+}
+
+/// The messages the queues took and the workers acknowledged, as the proxy saw them: bodies as canonical JSON.
+struct Traffic {
+    sent: HashSet<String>,
+    acknowledged: HashSet<String>,
+}
+
+impl From<&proxy::Report> for Traffic {
+    fn from(report: &proxy::Report) -> Self {
+        let canonical = |bodies: &std::collections::BTreeSet<String>| {
+            bodies
+                .iter()
+                .filter_map(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+                .map(|v| v.to_string())
+                .collect()
+        };
+        Self { sent: canonical(&report.sent), acknowledged: canonical(&report.acknowledged) }
+    }
 }
 
 /// The checks over one organisation's final tables and this run's events: nothing left undecided or unsent, events
 /// in order, and the oracle's rules over every supersession, merge, profile and lowering.
-async fn check_organization(admin: &PgPool, org: Uuid, since: f64, totals: &mut Totals) -> anyhow::Result<Vec<String>> {
+async fn check_organization(
+    admin: &PgPool,
+    org: Uuid,
+    since: f64,
+    delivered: &HashMap<Uuid, usize>,
+    traffic: Option<&Traffic>,
+    totals: &mut Totals,
+) -> anyhow::Result<Vec<String>> {
     let mut violations = Vec::new();
     let mut tx = store::begin_for_org(admin, org).await?;
     let count = async |tx: &mut sqlx::PgConnection, sql: &str| -> anyhow::Result<i64> {
         Ok(sqlx::query_scalar(sql).bind(org).fetch_one(tx).await?)
     };
-    let undecided = count(
-        &mut tx,
-        "SELECT count(*) FROM memory WHERE organization_id = $1 AND status = 'candidate' AND checked_at IS NULL",
-    )
-    .await?;
-    if undecided > 0 {
-        violations.push(format!("{org}: {undecided} candidates never decided"));
-    }
     // A pair leased by a review that a killed worker or connection never finished is reviewed once its lease ends
     // (the lifecycle sweep queues the review): counted as in progress, not as forgotten.
     let reviewable = "SELECT count(*) FILTER (WHERE p.claimed_until IS NULL OR p.claimed_until < now()), \
@@ -444,6 +414,38 @@ async fn check_organization(admin: &PgPool, org: Uuid, since: f64, totals: &mut 
     .await?;
     if out_of_order > 0 {
         violations.push(format!("{org}: {out_of_order} events of a memory published before one written earlier"));
+    }
+    // Every event of the run reached the bus; one whose answer was lost may have reached it twice, with its id.
+    let written: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM domain_event_outbox WHERE organization_id = $1 AND created_at >= to_timestamp($2)",
+    )
+    .bind(org)
+    .bind(since)
+    .fetch_all(&mut *tx)
+    .await?;
+    let missing = written.iter().filter(|id| !delivered.contains_key(id)).count();
+    if missing > 0 {
+        violations.push(format!("{org}: {missing} of the run's {} events never reached the bus", written.len()));
+    }
+    totals.again += written.iter().filter(|id| delivered.get(id).is_some_and(|&n| n > 1)).count();
+    // Every job of the run reached its queue and was run (its message deleted once applied). Jobs with the same
+    // body (an organisation's dedup review) are one job to run.
+    if let Some(traffic) = traffic {
+        let jobs: Vec<(String, sqlx::types::Json<serde_json::Value>)> = sqlx::query_as(
+            "SELECT job_type, body FROM memory_job_outbox WHERE organization_id = $1 AND created_at >= to_timestamp($2)",
+        )
+        .bind(org)
+        .bind(since)
+        .fetch_all(&mut *tx)
+        .await?;
+        for (job_type, body) in jobs {
+            let body = body.0.to_string();
+            if !traffic.sent.contains(&body) {
+                violations.push(format!("{org}: a {job_type} job never reached its queue: {body}"));
+            } else if !traffic.acknowledged.contains(&body) {
+                violations.push(format!("{org}: a {job_type} job reached its queue but never ran: {body}"));
+            }
+        }
     }
 
     // The oracle's world: the organisation's memories, and what its events say the jobs decided.
