@@ -4,8 +4,8 @@
 //!
 //! Each run draws a fresh seed, printed first (`MEMORY_PROPERTY_SEED=<seed>` replays it); a failing world is shrunk
 //! to a smaller one that still fails before it is reported. Worlds hold two organisations and memories of every
-//! status (candidate, active, superseded, archived, expired), read with and without history, and by the audit
-//! filter (reads by id and chains).
+//! status (candidate, active, superseded, archived, expired, forgotten: a tombstone, as forgetting leaves it), read
+//! with and without history, and by the audit filter (reads by id and chains).
 
 use integration_tests::{Db, memory};
 use memory_core::{
@@ -77,6 +77,7 @@ fn life() -> impl Strategy<Value = Life> {
         1 => Just(Life::Status(MemoryStatus::Candidate)),
         1 => Just(Life::Status(MemoryStatus::Superseded)),
         1 => Just(Life::Status(MemoryStatus::Archived)),
+        1 => Just(Life::Status(MemoryStatus::Forgotten)),
         1 => Just(Life::Expired),
     ]
 }
@@ -114,10 +115,12 @@ fn principal() -> impl Strategy<Value = Principal> {
 }
 
 /// The documented rules, written independently of the SQL: only its own organisation's memories, current ones
-/// (active, not expired), and superseded and archived ones too when asking for history; of those, org memories for
+/// (active, not expired), and superseded and archived ones too when asking for history (forgotten ones never); of
+/// those, org memories for
 /// everyone; project and task memories for a principal with that scope asking for that project or task; an agent's
 /// own memories (whatever their scope) when it reads agent-private memories; restricted ones never behind the gate.
-/// An audit read (by id, a chain) sees every status and every project and task its scopes admit, restricted too.
+/// An audit read (by id, a chain) sees every status (a forgotten memory as its tombstone) and every project and task
+/// its scopes admit, restricted too.
 fn oracle_reads(p: &Principal, org: Uuid, m: &Memory, expired: bool) -> bool {
     let current = m.status == MemoryStatus::Active && !expired;
     let past = p.history && matches!(m.status, MemoryStatus::Superseded | MemoryStatus::Archived);
@@ -166,6 +169,16 @@ async fn disagreement(db: &Db, world: &World) -> (Option<String>, usize, usize) 
             fixture = fixture.restricted();
         }
         let m = fixture.insert(db).await;
+        if g.life == Life::Status(MemoryStatus::Forgotten) {
+            // What forgetting leaves: the row without its content.
+            sqlx::query(
+                "UPDATE memory SET content = '', context = NULL, embedding = NULL, content_hash = NULL WHERE id = $1",
+            )
+            .bind(m.id)
+            .execute(&db.admin)
+            .await
+            .unwrap();
+        }
         if g.life == Life::Expired {
             sqlx::query("UPDATE memory SET expires_at = now() - interval '1 hour' WHERE id = $1")
                 .bind(m.id)
