@@ -128,10 +128,13 @@ impl JobSink for SqsJobSink {
     }
 }
 
-/// The SDK configuration of the relay: default credentials and region, and calls that give up after five
-/// seconds, so a flush never holds its claimed rows for long.
+/// How long one call of the relay (retries included) may take before it gives up.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The SDK configuration of the relay: default credentials and region, and calls that give up after
+/// [`CALL_TIMEOUT`], so a flush never holds its claimed rows for long.
 pub async fn sdk_config() -> SdkConfig {
-    let timeouts = TimeoutConfig::builder().operation_timeout(Duration::from_secs(5)).build();
+    let timeouts = TimeoutConfig::builder().operation_timeout(CALL_TIMEOUT).build();
     aws_config::defaults(aws_config::BehaviorVersion::latest()).timeout_config(timeouts).load().await
 }
 

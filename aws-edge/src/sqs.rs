@@ -21,8 +21,8 @@ use tracing::Instrument;
 /// scheduled sweep, and the batch is never held by it.
 const FLUSH_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
 const FLUSH_ROWS: usize = 1_000;
-/// The end of the invocation in which no flush claims more (one in flight finishes its call).
-const AFTER_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+/// The end of the invocation in which no flush claims more: a call in flight finishes or gives up within it.
+const AFTER_FLUSH: std::time::Duration = std::time::Duration::from_secs(crate::relay::CALL_TIMEOUT.as_secs() + 1);
 
 /// What SQS says of a message besides its body.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -42,7 +42,8 @@ impl Delivery {
 }
 
 /// What an invocation keeps for the outbox flush and its response after its messages.
-const AFTER_MESSAGES: std::time::Duration = std::time::Duration::from_secs(5);
+const AFTER_MESSAGES: std::time::Duration =
+    std::time::Duration::from_secs(FLUSH_BUDGET.as_secs() + AFTER_FLUSH.as_secs());
 
 /// A worker: what its messages look like and how one is applied.
 pub trait JobHandler: Send + Sync + 'static {
@@ -98,7 +99,7 @@ pub async fn process_until<H: JobHandler>(
     }
     for organization_id in written.into_iter() {
         let Some(relay) = relay else { break };
-        // Each organisation's flush is bounded, and none claims in the invocation's last second.
+        // Each organisation's flush is bounded, and none claims in the invocation's last seconds.
         let left =
             ends.map(|ends| ends.saturating_duration_since(std::time::Instant::now()).saturating_sub(AFTER_FLUSH));
         let budget = Budget::new(left.map_or(FLUSH_BUDGET, |left| FLUSH_BUDGET.min(left)), FLUSH_ROWS);

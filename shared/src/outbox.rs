@@ -263,6 +263,7 @@ impl OutboxRelay {
                         unfinished.push(organization_id);
                     }
                 }
+                // Not visited first: an organisation whose events a bus refuses for good would take every turn.
                 Err(error) => {
                     tracing::warn!(%organization_id, error = %error, "outbox events left for the next sweep");
                     report.failed_organizations += 1;

@@ -15,7 +15,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::{AppState, auth::Principal, error::ApiError};
@@ -60,10 +60,15 @@ impl FairShare {
             let mut running = self.running.lock().expect("not poisoned");
             running.entry(organization_id).or_insert_with(|| Arc::new(Semaphore::new(self.concurrency))).clone()
         };
-        // The wait owns its handle on the semaphore: a turn that never came leaves only the map's.
-        let permit = tokio::time::timeout(self.wait, semaphore.acquire_owned()).await.ok().map(|p| p.expect("open"));
-        let turn = Turn { share: self.clone(), organization_id, permit };
-        turn.permit.is_some().then_some(turn)
+        // The turn exists before its wait, so a wait that ends early (timed out, or its request dropped) forgets
+        // the organisation on its way out as a turn that ran does; the wait borrows the turn's semaphore.
+        let mut turn = Turn { share: self.clone(), organization_id, semaphore: Some(semaphore), running: false };
+        let semaphore = turn.semaphore.as_deref().expect("held until the turn ends");
+        if let Ok(Ok(permit)) = tokio::time::timeout(self.wait, semaphore.acquire()).await {
+            permit.forget(); // given back when the turn ends
+            turn.running = true;
+        }
+        turn.running.then_some(turn)
     }
 }
 
@@ -72,16 +77,22 @@ fn default_concurrency(pool: &memory_core::db::PgPool) -> usize {
     (cores / 2).min(pool.options().get_max_connections() as usize / 4)
 }
 
-/// An organisation's running request; the last one out forgets the organisation.
+/// An organisation's request, running or waiting; the last one out forgets the organisation.
 struct Turn {
     share: Arc<FairShare>,
     organization_id: Uuid,
-    permit: Option<OwnedSemaphorePermit>,
+    semaphore: Option<Arc<Semaphore>>,
+    /// Whether it holds one of the semaphore's permits.
+    running: bool,
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.permit.take();
+        if let Some(semaphore) = self.semaphore.take()
+            && self.running
+        {
+            semaphore.add_permits(1);
+        }
         let mut running = self.share.running.lock().expect("not poisoned");
         // Only the map holds it: nothing runs or waits for the organisation.
         if running.get(&self.organization_id).is_some_and(|s| Arc::strong_count(s) == 1) {
@@ -128,5 +139,18 @@ mod tests {
         drop((first, other));
         assert!(share.running.lock().unwrap().is_empty(), "nothing kept for organisations at rest");
         assert!(share.turn(a).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_while_it_waits_leaves_nothing_behind() {
+        let share = Arc::new(FairShare::new(1, Duration::from_secs(60)));
+        let a = Uuid::now_v7();
+        let first = share.turn(a).await.expect("a turn");
+        let mut waiting = Box::pin(share.turn(a));
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut waiting).await.is_err(), "it waits");
+        // The running request ends, handing its turn to the waiting one, whose client has gone away meanwhile.
+        drop(first);
+        drop(waiting);
+        assert!(share.running.lock().unwrap().is_empty(), "nothing kept for organisations at rest");
     }
 }
