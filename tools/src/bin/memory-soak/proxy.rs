@@ -1,7 +1,7 @@
 //! The fault-injecting proxy `make soak` puts between the services and the local AWS endpoints, so the bus and the
 //! queues fail as they do in production. Each operation's calls (`AmazonSQS.ReceiveMessage`, `AWSEvents.PutEvents`,
 //! ...) take their turn in a fixed cycle of [`CYCLE`]: one starts an outage of that operation for [`OUTAGE_FOR`]
-//! (every call dropped, the connection closed without an answer, until it ends: longer than the relay's 5 s
+//! (every call dropped, the connection closed without an answer, until it ends: longer than the relay's call
 //! timeout, so the SDK's retries fail too), one is dropped alone, four are throttled (503 `ThrottlingException`,
 //! which the SDK retries) and two lose their answer (applied upstream, answered after [`LOST_FOR`], past the
 //! relay's timeout, so the caller sends it again). It also notes, from the calls that reached the queues, every
@@ -25,9 +25,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 const CYCLE: u64 = 50;
-const OUTAGE_FOR: Duration = Duration::from_secs(6);
+const OUTAGE_FOR: Duration = Duration::from_secs(aws_edge::relay::CALL_TIMEOUT.as_secs() + 1);
 /// How long an answer is held when it is lost.
-const LOST_FOR: Duration = Duration::from_secs(6);
+const LOST_FOR: Duration = OUTAGE_FOR;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

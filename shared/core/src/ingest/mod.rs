@@ -13,8 +13,6 @@
 //! content hash) is not stored again, its id is returned instead, also when concurrent batches carry the same text.
 
 pub mod export;
-mod gate;
-mod message;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,10 +23,9 @@ use std::{
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub use gate::{admitted_trust, forbids_type, max_confidence};
-pub use message::{
+pub use memory_model::ingest::{
     EntityRef, ForgetJobType, ForgetRequest, History, IngestBatch, IngestMemory, IngestMessage, IngestProvenance,
-    VERSION,
+    VERSION, admitted_trust, forbids_type, max_confidence,
 };
 
 use crate::{

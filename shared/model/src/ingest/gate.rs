@@ -11,10 +11,7 @@
 //!   neither reaches the confidence above which a contradiction supersedes.
 
 pub use crate::domain::readership::max_confidence;
-use crate::{
-    code::reader::is_blob_sha,
-    domain::{MemoryType, SourceKind, TrustLevel},
-};
+use crate::domain::{MemoryType, SourceKind, TrustLevel, is_blob_sha};
 
 use super::IngestProvenance;
 

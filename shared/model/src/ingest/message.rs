@@ -14,7 +14,7 @@ use crate::{
 /// The message version this service reads.
 pub const VERSION: u32 = 1;
 
-/// `memory_ingest`: up to [`super::MAX_MEMORIES`] memories of one organisation. `batch_id` names the batch for
+/// `memory_ingest`: up to `MAX_MEMORIES` memories of one organisation. `batch_id` names the batch for
 /// idempotency: a batch delivered again changes nothing and gets the same memory ids.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,7 +134,7 @@ pub struct ForgetRequest {
     pub job_type: ForgetJobType,
     pub organization_id: Uuid,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<crate::store::forget::ForgetSelector>,
+    pub selector: Option<crate::forget::ForgetSelector>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<Uuid>,
 }

@@ -1,5 +1,6 @@
-//! All SQL lives here. Functions take `impl PgExecutor` or a transaction so callers can compose them in one
-//! transaction; every tenant transaction starts with [`begin_for_org`], which RLS needs to see any row.
+//! memory-store: all of the service's SQL, over the model's types; it executes, the core decides. Functions take
+//! `impl PgExecutor` or a transaction so callers can compose them in one transaction; every tenant transaction
+//! starts with [`begin_for_org`], which RLS needs to see any row.
 
 pub mod agents;
 pub mod ann;
@@ -21,13 +22,14 @@ pub mod skipped;
 pub mod taxonomy;
 pub mod transitions;
 
+use memory_model::{domain, language};
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
 use uuid::Uuid;
 
 pub use predicates::{ScopeFilter, SearchFilters};
 
 /// The schema, embedded at build time from `migrations/`.
-pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 
 /// Opens a transaction bound to one organisation: RLS policies compare every row against this setting.
 /// The setting travels with BEGIN (one round trip); it is formatted from a `Uuid`, never from caller text.

@@ -5,11 +5,10 @@ use pgvector::Vector;
 use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
+use memory_model::jobs::FileCursor;
+
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::{
-    domain::{Anchor, Memory, NewMemory, TrustLevel},
-    jobs::FileCursor,
-};
+use crate::domain::{Anchor, Memory, NewMemory, TrustLevel};
 
 /// Inserts a memory and returns it as stored.
 pub async fn insert(executor: impl PgExecutor<'_>, new: &NewMemory) -> sqlx::Result<Memory> {

@@ -4,7 +4,7 @@
 use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
-use crate::jobs::{JobType, QueuedJob};
+use memory_model::jobs::{JobType, QueuedJob};
 
 /// Queues a job; `body` is the message as its worker reads it.
 pub async fn enqueue(

@@ -69,24 +69,11 @@ impl Language {
 
     /// A programming language (parsed into symbols), not prose.
     pub fn is_source(self) -> bool {
-        self.grammar().is_some()
-    }
-
-    /// The tree-sitter grammar of a source language.
-    pub(super) fn grammar(self) -> Option<tree_sitter::Language> {
-        Some(match self {
-            Language::Rust => tree_sitter_rust::LANGUAGE.into(),
-            Language::Python => tree_sitter_python::LANGUAGE.into(),
-            Language::TypeScript => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
-            Language::Tsx => tree_sitter_typescript::LANGUAGE_TSX.into(),
-            Language::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
-            Language::Go => tree_sitter_go::LANGUAGE.into(),
-            Language::Markdown | Language::Text => return None,
-        })
+        !matches!(self, Language::Markdown | Language::Text)
     }
 
     /// How the language writes a member's path: `config::parse`, `Server.handle`.
-    pub(super) fn separator(self) -> &'static str {
+    pub fn separator(self) -> &'static str {
         if self == Language::Rust { "::" } else { "." }
     }
 }
@@ -97,6 +84,7 @@ mod tests {
 
     #[test]
     fn languages_follow_extensions_and_round_trip_their_names() {
+        assert!(Language::Go.is_source() && !Language::Markdown.is_source());
         assert_eq!(Language::of_path("src/auth/login.rs"), Some(Language::Rust));
         assert_eq!(Language::of_path("web/App.TSX"), Some(Language::Tsx));
         assert_eq!(Language::of_path("docs/guide.md"), Some(Language::Markdown));

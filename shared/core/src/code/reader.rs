@@ -185,10 +185,7 @@ pub fn blob_sha(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// Whether `text` is a git object id: 40 (SHA-1) or 64 (SHA-256) hexadecimal digits.
-pub fn is_blob_sha(text: &str) -> bool {
-    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
-}
+pub use crate::domain::is_blob_sha;
 
 /// Git repositories under one directory, `<root>/<organization_id>/<project_id>` (a clone, bare or not), read at
 /// one ref (`MEMORY_REPOSITORY_REF`, `HEAD` by default): what is committed there, not the working tree.

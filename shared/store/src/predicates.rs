@@ -207,8 +207,8 @@ impl SearchFilters {
         if texts.iter().any(|t| t.as_ref().is_some_and(|t| t.is_empty() || t.len() > MAX_FILTER_TEXT_BYTES)) {
             return Some(format!("language, path_prefix and repository have 1 to {MAX_FILTER_TEXT_BYTES} bytes"));
         }
-        if self.language.as_deref().is_some_and(|l| crate::code::Language::parse(l).is_none()) {
-            let known: Vec<&str> = crate::code::Language::ALL.iter().map(|l| l.as_str()).collect();
+        if self.language.as_deref().is_some_and(|l| crate::language::Language::parse(l).is_none()) {
+            let known: Vec<&str> = crate::language::Language::ALL.iter().map(|l| l.as_str()).collect();
             return Some(format!("language is one of {}", known.join(", ")));
         }
         if self.min_confidence.is_some_and(|c| !(0.0..=1.0).contains(&c)) {

@@ -6,10 +6,9 @@ use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use crate::{
-    domain::{Entity, EntityProfile, MENTION_THRESHOLD, Memory},
-    jobs::{EntitySynthesisJob, JobType},
-};
+use memory_model::jobs::{EntitySynthesisJob, JobType};
+
+use crate::domain::{Entity, EntityProfile, MENTION_THRESHOLD, Memory};
 
 /// Adds an entity (or returns the existing one with that type and name).
 pub async fn upsert(

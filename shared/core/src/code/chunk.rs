@@ -193,7 +193,7 @@ enum Declaration<'t> {
 /// there are more than [`MAX_CHUNKS_PER_FILE`].
 fn declarations(language: Language, text: &str, header: &str) -> Result<Option<Vec<Chunk>>, ChunkError> {
     let mut parser = Parser::new();
-    let Some(grammar) = language.grammar() else { return Ok(None) };
+    let Some(grammar) = grammar(language) else { return Ok(None) };
     if parser.set_language(&grammar).is_err() {
         return Ok(None);
     }
@@ -551,6 +551,19 @@ fn markdown(text: &str, header: &str) -> Option<Vec<Chunk>> {
 /// The words of `text` separated by single spaces (any run of Unicode white space is one).
 fn words(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The tree-sitter grammar of a source language.
+fn grammar(language: Language) -> Option<tree_sitter::Language> {
+    Some(match language {
+        Language::Rust => tree_sitter_rust::LANGUAGE.into(),
+        Language::Python => tree_sitter_python::LANGUAGE.into(),
+        Language::TypeScript => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
+        Language::Tsx => tree_sitter_typescript::LANGUAGE_TSX.into(),
+        Language::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
+        Language::Go => tree_sitter_go::LANGUAGE.into(),
+        Language::Markdown | Language::Text => return None,
+    })
 }
 
 #[cfg(test)]

@@ -254,14 +254,14 @@ impl Memory {
     /// A chunk of a source file (anchored, in a programming language), not prose.
     pub fn is_source_code(&self) -> bool {
         self.anchor.is_some()
-            && self.language.as_deref().and_then(crate::code::Language::parse).is_some_and(|l| l.is_source())
+            && self.language.as_deref().and_then(crate::language::Language::parse).is_some_and(|l| l.is_source())
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-fixtures"))]
 impl Memory {
     /// An active org-wide semantic memory with neutral values, for unit tests.
-    pub(crate) fn test_fixture() -> Self {
+    pub fn test_fixture() -> Self {
         let new = NewMemory::new(Uuid::nil(), MemoryType::Semantic, "a memory");
         let now = chrono::Utc::now();
         Self {
@@ -325,6 +325,11 @@ pub struct EntityProfile {
     pub name: String,
     pub entity_type: String,
     pub profile: Memory,
+}
+
+/// Whether `text` is a git object id: 40 (SHA-1) or 64 (SHA-256) hexadecimal digits.
+pub fn is_blob_sha(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The content hash stored in `memory.content_hash`.

@@ -5,10 +5,9 @@
 pub mod chunk;
 pub mod exclude;
 pub mod import;
-mod language;
 pub mod reader;
 pub mod tools;
 
 pub use chunk::{Chunk, ChunkError, chunk_file};
-pub use language::Language;
+pub use memory_model::language::Language;
 pub use reader::{DirectoryReader, FileReadError, FileReader, GitReader, RepositoryReader, Snapshot, blob_sha};

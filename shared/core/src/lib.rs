@@ -1,4 +1,5 @@
-//! memory-core: everything the agent-memory service does, free of any transport.
+//! memory-core: everything the agent-memory service does, free of any transport, over the model
+//! (`memory-model`, re-exported as [`domain`] and [`jobs`]) and the SQL (`memory-store`, as [`store`]).
 //!
 //! The Lambda functions in `functions/*` translate HTTP requests, SQS messages and scheduled events into calls on
 //! this crate and its results back. Nothing here knows about Lambda, API Gateway or SQS payloads.
@@ -6,20 +7,19 @@
 pub mod code;
 pub mod config;
 pub mod db;
-pub mod domain;
 pub mod embed;
 pub mod error;
 #[cfg(test)]
 mod fuzz;
 pub mod ingest;
-pub mod jobs;
 pub mod lifecycle;
 pub mod llm;
 pub mod outbox;
 pub mod retrieval;
 pub mod secrets;
 pub mod services;
-pub mod store;
 pub mod telemetry;
 
 pub use error::{Error, Result};
+pub use memory_model::{domain, jobs};
+pub use memory_store as store;
