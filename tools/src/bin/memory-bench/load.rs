@@ -1,6 +1,5 @@
 //! `--load`: the real retrieve server at saturation on the largest size's corpus. `--load-clients` clients of its
-//! largest organisation (REST and MCP; short, common-word and long queries) with ingest into it running alongside
-//! (on a thread of its own, at `--ingest-nice`),
+//! largest organisation (REST and MCP; short, common-word and long queries) with ingest into it running alongside,
 //! and one client of a quiet organisation measured at the same time and alone. Every client honours `Retry-After`.
 //! Reports latency of the answered requests, answers by status, the server's peak RSS against its idle RSS, and
 //! the quiet organisation's p95 under load against alone. An MCP answer is counted by what it carries
@@ -99,18 +98,12 @@ pub async fn run(args: &Args) -> anyhow::Result<LoadReport> {
         "{} clients of the busy organisation, ingest alongside, and the quiet one, {} s",
         args.load_clients, args.http_seconds
     );
-    let database = (*prepared.db.app.connect_options()).clone();
-    let (model_dir, seed, nice, busy_id) = (args.model_dir.clone(), args.seed, args.ingest_nice, busy.id);
-    // A thread of its own, ended with the ingest (a pooled thread would keep the priority).
-    let ingest = std::thread::spawn(move || ingest_thread(nice, model_dir, database, busy_id, seconds, seed));
+    let ingest = tokio::spawn(ingest(args.model_dir.clone(), prepared.db.app.clone(), busy.id, seconds, args.seed));
     let (busy_seen, quiet_seen) = tokio::join!(
         clients(&client, &server.base, corpus, busy, args.load_clients, seconds, args.seed + 2, true),
         clients(&client, &server.base, corpus, quiet, 1, seconds, args.seed + 3, false),
     );
-    let ingested = tokio::task::spawn_blocking(move || ingest.join())
-        .await?
-        .map_err(|_| anyhow::anyhow!("the ingest thread panicked"))??;
-    eprintln!("ingest alongside at nice {}: {} memories", args.ingest_nice, ingested.len());
+    let ingested = ingest.await??;
     sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND id = ANY($2)")
         .bind(busy.id)
         .bind(&ingested)
@@ -252,28 +245,6 @@ fn mcp_status(body: &[u8]) -> u16 {
     } else {
         400
     }
-}
-
-/// [`ingest`] on the calling thread at scheduling priority `nice` (Linux's per-thread nice), with a runtime and
-/// connections of its own: the worker beside the API, sharing its database but, at 19, not the CPU it wants.
-fn ingest_thread(
-    nice: i32,
-    model_dir: std::path::PathBuf,
-    database: sqlx::postgres::PgConnectOptions,
-    organization_id: Uuid,
-    length: Duration,
-    seed: u64,
-) -> anyhow::Result<Vec<Uuid>> {
-    // SAFETY: plain system calls on this thread's own id; they change only its scheduling priority.
-    let changed = unsafe {
-        let thread = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, thread, nice)
-    };
-    anyhow::ensure!(changed == 0, "setting the ingest thread's priority: {}", std::io::Error::last_os_error());
-    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async move {
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_with(database).await?;
-        ingest(model_dir, pool, organization_id, length, seed).await
-    })
 }
 
 /// Memories written into `organization_id` through `Ingestor` (the workers' path), a batch of ten a second, for

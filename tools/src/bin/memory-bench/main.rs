@@ -69,10 +69,6 @@ struct Args {
     /// Clients of the busy organisation in the saturation test.
     #[arg(long, default_value_t = 64)]
     load_clients: usize,
-    /// The scheduling priority (nice) of the saturation test's ingest thread: 19 leaves the API the cores it
-    /// wants, as a deployment's ingest on the workers' Lambdas does; 0 makes the two compete.
-    #[arg(long, default_value_t = 19, allow_negative_numbers = true)]
-    ingest_nice: i32,
 }
 
 fn ms(started: Instant) -> f64 {
