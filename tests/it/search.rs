@@ -10,7 +10,7 @@ use memory_core::{
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
         self, ScopeFilter, SearchFilters,
-        branches::{CandidateExtras, CandidateRow},
+        branches::{BranchExtras, BranchRow},
         keyword::{Bm25, KeywordSearch},
     },
 };
@@ -285,13 +285,13 @@ async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolO
 
 /// The keyword branch's search for "zephyr", five rows.
 /// The keyword branch's rows for "zephyr" (at most 5) under `scope`, scored with `bm25`.
-async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<CandidateRow> {
+async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<BranchRow> {
     let search = KeywordSearch {
         text_search_config: "memory_text",
         text: "zephyr",
         query: None,
         rows: 5,
-        extras: CandidateExtras::NONE,
+        extras: BranchExtras::NONE,
         bm25,
         posting_budget: store::keyword::POSTING_BUDGET,
     };
@@ -328,7 +328,7 @@ async fn the_keyword_branch_reads_a_query_s_terms_within_its_posting_budget(
                 text: "kestrel harbor",
                 query: None,
                 rows: 100,
-                extras: CandidateExtras::NONE,
+                extras: BranchExtras::NONE,
                 bm25: Bm25::default(),
                 posting_budget,
             };
@@ -524,12 +524,12 @@ async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
             text,
             query: None,
             rows: 1_000,
-            extras: CandidateExtras::NONE,
+            extras: BranchExtras::NONE,
             bm25: Bm25::default(),
             posting_budget: store::keyword::POSTING_BUDGET,
         };
         let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
-        let scored = |rows: Vec<CandidateRow>| -> Vec<(Uuid, f64)> {
+        let scored = |rows: Vec<BranchRow>| -> Vec<(Uuid, f64)> {
             rows.into_iter().map(|r| (r.memory.id, r.keyword_score.unwrap())).collect()
         };
         let filters = SearchFilters::default();

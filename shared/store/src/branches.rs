@@ -10,7 +10,7 @@ use crate::domain::Memory;
 
 /// A memory found by a branch, with what the branch knows of its relevance.
 #[derive(Debug, Clone, FromRow)]
-pub struct CandidateRow {
+pub struct BranchRow {
     #[sqlx(flatten)]
     pub memory: Memory,
     /// 1 - cosine distance to the query embedding (absent when there is no query embedding).
@@ -27,12 +27,12 @@ pub struct CandidateRow {
 /// whether an entity it mentions has a profile (so the profile lookup runs only when it can find something). Each
 /// costs index lookups per row, a large share of a branch's time, so the pipeline asks only for what it will use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CandidateExtras {
+pub struct BranchExtras {
     pub taxonomy: bool,
     pub profiled_entities: bool,
 }
 
-impl CandidateExtras {
+impl BranchExtras {
     pub const NONE: Self = Self { taxonomy: false, profiled_entities: false };
 
     fn push_sql(self, qb: &mut QueryBuilder<'_, Postgres>) {
@@ -55,7 +55,7 @@ impl CandidateExtras {
     }
 }
 
-pub(super) fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: CandidateExtras) {
+pub(super) fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: BranchExtras) {
     qb.push("SELECT ").push(MEMORY_COLUMNS).push(", ");
     extras.push_sql(qb);
 }
@@ -67,8 +67,8 @@ pub async fn vector_branch(
     filters: &SearchFilters,
     query: &Vector,
     rows: usize,
-    extras: CandidateExtras,
-) -> sqlx::Result<Vec<CandidateRow>> {
+    extras: BranchExtras,
+) -> sqlx::Result<Vec<BranchRow>> {
     let mut qb = QueryBuilder::new("");
     select_head(&mut qb, extras);
     qb.push("1 - (m.embedding <=> ")
@@ -80,7 +80,7 @@ pub async fn vector_branch(
         .push_bind(query.clone())
         .push(" LIMIT ")
         .push_bind(rows as i64);
-    let mut found: Vec<CandidateRow> = qb.build_query_as().fetch_all(conn).await?;
+    let mut found: Vec<BranchRow> = qb.build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
     found.sort_by(|a, b| {
         b.cosine_sim.partial_cmp(&a.cosine_sim).unwrap_or(std::cmp::Ordering::Equal).then(a.memory.id.cmp(&b.memory.id))
@@ -94,9 +94,9 @@ pub async fn metadata_branch(
     scope: &ScopeFilter,
     filters: &SearchFilters,
     rows: usize,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let mut qb = QueryBuilder::new("");
-    select_head(&mut qb, CandidateExtras::NONE);
+    select_head(&mut qb, BranchExtras::NONE);
     qb.push("NULL::float8 AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
     scope.push_sql(&mut qb);
     filters.push_sql(&mut qb);
@@ -109,7 +109,7 @@ pub async fn metadata_branch(
 pub struct GraphNeighbour {
     pub via: Uuid,
     #[sqlx(flatten)]
-    pub candidate: CandidateRow,
+    pub candidate: BranchRow,
 }
 
 /// One hop of graph expansion: readable memories sharing an entity mention with any of `seeds`, the newest first.
@@ -124,7 +124,7 @@ pub async fn entity_neighbours(
     // The inner DISTINCT ON keeps one row per memory; the outer order keeps the newest neighbours.
     let mut qb = QueryBuilder::new("SELECT * FROM (SELECT DISTINCT ON (m.id) e1.memory_id AS via, ");
     qb.push(MEMORY_COLUMNS).push(", ");
-    CandidateExtras::NONE.push_sql(&mut qb);
+    BranchExtras::NONE.push_sql(&mut qb);
     qb.push("1 - (m.embedding <=> ");
     qb.push_bind(query.cloned())
         .push(

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{
     ScopeFilter, SearchFilters,
-    branches::{CandidateExtras, CandidateRow, select_head},
+    branches::{BranchExtras, BranchRow, select_head},
 };
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
@@ -55,7 +55,7 @@ pub struct KeywordSearch<'a> {
     pub query: Option<&'a Vector>,
     /// Rows returned.
     pub rows: usize,
-    pub extras: CandidateExtras,
+    pub extras: BranchExtras,
     pub bm25: Bm25,
     /// Postings read at most ([`POSTING_BUDGET`]).
     pub posting_budget: usize,
@@ -69,7 +69,7 @@ pub async fn keyword_branch(
     scope: &ScopeFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let terms = term_postings(&mut *conn, scope.organization_id(), search).await?;
     let ranked = rank(&terms, search.bm25);
     // Half of a tenant is typically unreadable to one caller; filters may reject far more, so each round doubles.
@@ -206,7 +206,7 @@ async fn readable(
     search: &KeywordSearch<'_>,
     ranked: &[(Uuid, f64)],
     rows: usize,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let (ids, scores): (Vec<Uuid>, Vec<f64>) = ranked.iter().copied().unzip();
     let mut qb = QueryBuilder::new("WITH ");
     push_tsquery(&mut qb, search);
@@ -259,7 +259,7 @@ pub async fn keyword_branch_exact(
     scope: &ScopeFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let bm25 = search.bm25;
     let mut qb = QueryBuilder::new("");
     push_weights(&mut qb, scope.organization_id(), search);

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{named_symbol::QueryWords, stage1::Candidate};
-use crate::{domain::Memory, store::branches::CandidateRow};
+use super::{found::Found, named_symbol::QueryWords};
+use crate::{domain::Memory, store::branches::BranchRow};
 
 /// RRF's smoothing constant.
 pub const RRF_K: f64 = 60.0;
@@ -176,14 +176,14 @@ pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -
 /// it does not hold counts that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or
 /// up to 0.001 higher, Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
 pub fn fuse(
-    vector_rows: Vec<CandidateRow>,
-    keyword_rows: Vec<CandidateRow>,
+    vector_rows: Vec<BranchRow>,
+    keyword_rows: Vec<BranchRow>,
     text: &str,
     depth: usize,
     kept: usize,
-) -> Vec<Candidate> {
+) -> Vec<Found> {
     let keyword_list_full = keyword_rows.len() >= depth;
-    let mut by_id: HashMap<Uuid, Candidate> = HashMap::new();
+    let mut by_id: HashMap<Uuid, Found> = HashMap::new();
     for (rank, row) in vector_rows.into_iter().enumerate() {
         by_id.insert(row.memory.id, candidate(row, Some(rank + 1), None));
     }
@@ -214,7 +214,7 @@ pub fn fuse(
     let last_keyword = keyword_scores.iter().copied().reduce(f64::min).filter(|_| keyword_list_full);
     let unlisted = last_keyword.and_then(relative);
     let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
-    let mut candidates: Vec<Candidate> = by_id
+    let mut candidates: Vec<Found> = by_id
         .into_values()
         .map(|mut c| {
             c.rrf = rrf(&[c.vector_rank, c.keyword_rank]);
@@ -234,8 +234,8 @@ pub fn fuse(
     candidates
 }
 
-fn candidate(row: CandidateRow, vector_rank: Option<usize>, keyword_rank: Option<usize>) -> Candidate {
-    Candidate {
+fn candidate(row: BranchRow, vector_rank: Option<usize>, keyword_rank: Option<usize>) -> Found {
+    Found {
         memory: row.memory,
         cosine_sim: row.cosine_sim,
         keyword_score: row.keyword_score,

@@ -4,6 +4,7 @@
 pub mod cooldown;
 pub mod cooldown_token;
 pub mod distinct;
+pub mod found;
 pub mod fusion;
 pub mod mention;
 pub mod named_symbol;
@@ -34,7 +35,7 @@ use crate::{
     domain::{Memory, Scope},
     embed::Embedder,
     llm::Llm,
-    store::{self, ScopeFilter, branches::CandidateExtras},
+    store::{self, ScopeFilter, branches::BranchExtras},
 };
 
 /// Longest query accepted, in bytes.
@@ -123,7 +124,7 @@ impl Retriever {
             keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,
             run_keyword: true,
-            extras: CandidateExtras::NONE,
+            extras: BranchExtras::NONE,
         }
     }
 

@@ -7,13 +7,14 @@ use super::{
     Classification, RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
     cooldown_token,
+    found::Found,
     mention::parse_mentions,
     ranking,
-    stage1::{self, BranchSettings, Candidate},
+    stage1::{self, BranchSettings},
     taxonomy::Taxonomy,
     time_anchor::{self, TimeAnchor},
 };
-use crate::store::{self, ScopeFilter, SearchFilters, branches::CandidateExtras};
+use crate::store::{self, ScopeFilter, SearchFilters, branches::BranchExtras};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
@@ -55,7 +56,7 @@ impl Retriever {
         &self,
         taxonomy: &Taxonomy,
         classified: &[Uuid],
-        candidates: &[Candidate],
+        candidates: &[Found],
         text: &str,
         as_of: DateTime<Utc>,
         max_results: usize,
@@ -72,19 +73,18 @@ fn filter_and_rank(
     config: &RetrievalConfig,
     taxonomy: &Taxonomy,
     classified: &[Uuid],
-    candidates: &[Candidate],
+    candidates: &[Found],
     anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> (Vec<RankedMemory>, bool) {
-    let rank =
-        |subset: &[&Candidate]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
-    let everything: Vec<&Candidate> = candidates.iter().collect();
+    let rank = |subset: &[&Found]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
+    let everything: Vec<&Found> = candidates.iter().collect();
     if classified.is_empty() {
         return (rank(&everything), false);
     }
     let subtree = taxonomy.subtree(classified);
-    let in_subtree: Vec<&Candidate> =
+    let in_subtree: Vec<&Found> =
         candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
     if in_subtree.len() >= MIN_TAXONOMY_MATCHES {
         let ranked = rank(&in_subtree);
@@ -178,7 +178,7 @@ impl Retriever {
         // spares the branches the candidates' taxonomy tags (Stage 3 will not run).
         let early_classes =
             if passive { Some(self.classify(&taxonomy, request.mode, &text, &mut degraded).await) } else { None };
-        let extras = CandidateExtras {
+        let extras = BranchExtras {
             taxonomy: early_classes.as_ref().map_or(!taxonomy.is_empty(), |classes| !classes.is_empty()),
             profiled_entities: has_entity_profiles,
         };

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     RankedMemory,
-    stage1::Candidate,
+    found::Found,
     time_anchor::{TimeAnchor, of_the_time},
 };
 use crate::domain::{MemoryType, TrustLevel};
@@ -79,12 +79,12 @@ pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence
 pub fn rank(
     formula: RankingFormula,
     weights: &RankingWeights,
-    candidates: &[&Candidate],
+    candidates: &[&Found],
     anchors: &[TimeAnchor],
     as_of: DateTime<Utc>,
     max_results: usize,
 ) -> Vec<RankedMemory> {
-    let mut scored: Vec<(f64, &Candidate)> = candidates
+    let mut scored: Vec<(f64, &Found)> = candidates
         .iter()
         .map(|c| {
             let recency = recency(c.memory.created_at, as_of, c.memory.memory_type);
@@ -156,7 +156,7 @@ mod tests {
             let mut memory = crate::domain::Memory::test_fixture();
             memory.id = uuid::Uuid::now_v7();
             memory.created_at = now - Duration::days(age_days);
-            Candidate {
+            Found {
                 memory,
                 cosine_sim: Some(0.5),
                 keyword_score: None,

@@ -6,10 +6,11 @@ use uuid::Uuid;
 
 use super::{
     MatchKind, Retriever, SearchHit, SearchRequest, SearchResult, Strategy,
+    found::Found,
     fusion::{self, Fusion},
-    stage1::{self, BranchSettings, Candidate},
+    stage1::{self, BranchSettings},
 };
-use crate::store::{self, branches::CandidateRow};
+use crate::store::{self, branches::BranchRow};
 
 /// Score multiplier per entity hop of graph expansion.
 pub const HOP_DECAY: f64 = 0.5;
@@ -146,7 +147,7 @@ fn sort(hits: &mut [SearchHit]) {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
-fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
+fn scored(c: Found, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
     let match_kind = match (c.vector_rank, c.keyword_rank) {
         (Some(_), Some(_)) => MatchKind::Hybrid,
         (None, Some(_)) => MatchKind::Keyword,
@@ -167,7 +168,7 @@ fn scored(c: Candidate, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
     }
 }
 
-fn hit(row: CandidateRow, score: f64, match_kind: MatchKind) -> SearchHit {
+fn hit(row: BranchRow, score: f64, match_kind: MatchKind) -> SearchHit {
     SearchHit {
         memory: row.memory,
         score,

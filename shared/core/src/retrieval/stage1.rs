@@ -3,40 +3,14 @@
 
 use pgvector::Vector;
 use sqlx::PgPool;
-use uuid::Uuid;
 
+use super::found::FoundSet;
 use super::fusion;
-use crate::{
-    domain::Memory,
-    store::{
-        self, ScopeFilter, SearchFilters,
-        branches::{CandidateExtras, CandidateRow},
-        keyword::{Bm25, KeywordSearch},
-    },
+use crate::store::{
+    self, ScopeFilter, SearchFilters,
+    branches::{BranchExtras, BranchRow},
+    keyword::{Bm25, KeywordSearch},
 };
-
-/// A memory in the Stage 1 candidate set.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    pub memory: Memory,
-    pub cosine_sim: Option<f64>,
-    pub keyword_score: Option<f64>,
-    pub taxonomy_node_ids: Vec<Uuid>,
-    pub mentions_profiled_entity: bool,
-    pub vector_rank: Option<usize>,
-    pub keyword_rank: Option<usize>,
-    /// The keyword score relative to the best keyword match of this query (1 for the best), when matched.
-    pub keyword_relative: Option<f64>,
-    pub rrf: f64,
-    /// Both branches' evidence in [0, 1] ([`fusion::relevance`]).
-    pub relevance: f64,
-}
-
-/// Stage 1's output and what went wrong on the way.
-pub struct CandidateSet {
-    pub candidates: Vec<Candidate>,
-    pub degraded_reasons: Vec<String>,
-}
 
 /// Settings of the two branches.
 pub struct BranchSettings<'a> {
@@ -51,7 +25,7 @@ pub struct BranchSettings<'a> {
     pub keyword_timeout_ms: u64,
     pub run_vector: bool,
     pub run_keyword: bool,
-    pub extras: CandidateExtras,
+    pub extras: BranchExtras,
 }
 
 /// Runs the branches and fuses them; the candidates come back best-fused first, ties by id.
@@ -62,7 +36,7 @@ pub async fn gather(
     text: &str,
     query: Option<&Vector>,
     settings: &BranchSettings<'_>,
-) -> crate::Result<CandidateSet> {
+) -> crate::Result<FoundSet> {
     let vector = async {
         let (Some(q), true) = (query, settings.run_vector) else { return None };
         Some(vector_branch(pool, scope, filters, q, settings).await)
@@ -77,7 +51,7 @@ pub async fn gather(
 
     let mut degraded_reasons = Vec::new();
     let mut failed = 0;
-    let mut ok_rows = |result: Option<Result<Vec<CandidateRow>, sqlx::Error>>, reason: &str| match result {
+    let mut ok_rows = |result: Option<Result<Vec<BranchRow>, sqlx::Error>>, reason: &str| match result {
         None => Vec::new(),
         Some(Ok(rows)) => rows,
         Some(Err(e)) => {
@@ -97,7 +71,7 @@ pub async fn gather(
         return Err(crate::Error::Unavailable(format!("no search branch answered ({})", degraded_reasons.join(", "))));
     }
 
-    Ok(CandidateSet {
+    Ok(FoundSet {
         candidates: fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion),
         degraded_reasons,
     })
@@ -110,7 +84,7 @@ pub async fn vector_branch(
     filters: &SearchFilters,
     query: &Vector,
     settings: &BranchSettings<'_>,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms).await?;
     let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras).await?;
@@ -127,7 +101,7 @@ pub async fn keyword_branch(
     text: &str,
     query: Option<&Vector>,
     settings: &BranchSettings<'_>,
-) -> sqlx::Result<Vec<CandidateRow>> {
+) -> sqlx::Result<Vec<BranchRow>> {
     let budget = std::time::Duration::from_millis(settings.keyword_timeout_ms);
     let branch = async {
         let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;

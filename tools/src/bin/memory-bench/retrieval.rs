@@ -13,7 +13,7 @@ use memory_core::{
     },
     store::{
         self, ScopeFilter, SearchFilters,
-        branches::{CandidateExtras, CandidateRow},
+        branches::{BranchExtras, BranchRow},
     },
 };
 use memory_tools::{
@@ -33,7 +33,7 @@ use crate::{
 
 /// What the branches are timed with: the taxonomy tags Stage 3 needs whenever a query matches a taxonomy node
 /// (the corpus has no entity profiles, so the pipeline never asks for that flag here).
-const EXTRAS: CandidateExtras = CandidateExtras { taxonomy: true, profiled_entities: false };
+const EXTRAS: BranchExtras = BranchExtras { taxonomy: true, profiled_entities: false };
 
 /// The keyword-impact, keyword-tail and tag indexes: dropped for the load and rebuilt after it, as the migrations
 /// define them (tenant ANN indexes are built after it).
@@ -147,7 +147,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         let names_a_node = !Taxonomy::new(found.taxonomy).classify_by_rules(&probe.text).is_empty();
         taxonomy_matches += usize::from(names_a_node);
         let settings =
-            with_extras(CandidateExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles });
+            with_extras(BranchExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles });
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let t = Instant::now();
         let set = stage1::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &settings).await?;
@@ -303,18 +303,12 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .await?;
         let query = Vector::from(probe.vector.clone());
         let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
-        let approximate: Vec<Uuid> = store::branches::vector_branch(
-            &mut tx,
-            &scope,
-            &SearchFilters::default(),
-            &query,
-            10,
-            CandidateExtras::NONE,
-        )
-        .await?
-        .into_iter()
-        .map(|r| r.memory.id)
-        .collect();
+        let approximate: Vec<Uuid> =
+            store::branches::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, 10, BranchExtras::NONE)
+                .await?
+                .into_iter()
+                .map(|r| r.memory.id)
+                .collect();
         tx.execute("SET LOCAL enable_indexscan = off").await?;
         let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
         scope.push_sql(&mut qb);
@@ -350,7 +344,7 @@ async fn keyword_against_exact(
             .await?;
         let filters = SearchFilters::default();
         let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
-        let ids = |rows: Vec<CandidateRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
+        let ids = |rows: Vec<BranchRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
         let search = retriever.branch_settings(10).keyword_search(&probe.text, None);
         let t = Instant::now();
         let branch = ids(store::keyword::keyword_branch(&mut tx, &scope, &filters, &search).await?);
