@@ -8,6 +8,7 @@ pub mod code;
 pub mod config;
 pub mod db;
 pub mod embed;
+pub mod entities;
 pub mod error;
 #[cfg(test)]
 mod fuzz;

@@ -6,9 +6,7 @@ use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
 use super::{MEMORY_COLUMNS, ScopeFilter};
-use memory_model::jobs::{EntitySynthesisJob, JobType};
-
-use crate::domain::{Entity, EntityProfile, MENTION_THRESHOLD, Memory};
+use crate::domain::{Entity, EntityProfile, Memory};
 
 /// Adds an entity (or returns the existing one with that type and name).
 pub async fn upsert(
@@ -92,15 +90,14 @@ pub async fn add_mention(
     .map(|r| r.rows_affected() == 1)
 }
 
-/// Queues a synthesis of each entity that `activated` (memories that just became active) mention whose active
-/// mentions thereby reach a multiple of [`MENTION_THRESHOLD`]: a profile is written from active memories, so it is
-/// due when they are, not when candidates arrive. The entities are locked first, in id order, so two transactions
-/// activating an entity's mentions at once count one after the other and neither misses the crossing.
-pub async fn queue_due_syntheses(
+/// Locks the entities that `activated` (memories that just became active) mention, in id order, so two
+/// transactions activating an entity's mentions count one after the other; returns each with how many of
+/// `activated` mention it and how many active memories mention it now.
+pub async fn lock_mentioned(
     conn: &mut PgConnection,
     organization_id: Uuid,
     activated: &[Uuid],
-) -> sqlx::Result<()> {
+) -> sqlx::Result<Vec<(Uuid, i64, i64)>> {
     let mentioned: Vec<Uuid> = sqlx::query_scalar(
         "SELECT entity_id FROM memory_entity_mention WHERE organization_id = $1 AND memory_id = ANY($2)",
     )
@@ -120,15 +117,11 @@ pub async fn queue_due_syntheses(
     .bind(&ids)
     .execute(&mut *conn)
     .await?;
+    let mut counted = Vec::with_capacity(added.len());
     for (entity, added) in added {
-        let now = active_mention_count(&mut *conn, organization_id, entity).await?;
-        if now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD {
-            let body =
-                serde_json::to_value(EntitySynthesisJob::new(organization_id, entity)).expect("a job serialises");
-            super::jobs::enqueue(&mut *conn, organization_id, JobType::MemoryEntitySynthesis, body).await?;
-        }
+        counted.push((entity, added, active_mention_count(&mut *conn, organization_id, entity).await?));
     }
-    Ok(())
+    Ok(counted)
 }
 
 /// Active memories that mention an entity, as [`active_mentioning`] reads them (profiles themselves excluded).

@@ -381,7 +381,7 @@ impl Ingestor {
             }
         }
         // Other candidates become due for synthesis when their checks promote them.
-        store::entities::queue_due_syntheses(&mut tx, org, &activated).await?;
+        crate::entities::queue_due_syntheses(&mut tx, org, &activated).await?;
         if near_duplicates {
             let job = DedupReviewJob::deferred(org);
             store::jobs::enqueue(&mut *tx, org, JobType::MemoryDedupReview, body(job)).await?;

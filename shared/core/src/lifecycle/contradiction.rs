@@ -232,7 +232,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, char
                 store::review::hold_unchecked_promotion(&mut *tx, org, new.id, &reason).await?;
             }
             super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
-            store::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
+            crate::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
         }
         MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
         _ => {}

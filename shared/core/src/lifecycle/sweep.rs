@@ -127,7 +127,7 @@ async fn promote_undecided(
         promoted.push(id);
         store::review::hold_unchecked_promotion(&mut *tx, organization_id, id, &reason).await?;
     }
-    store::entities::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
+    crate::entities::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
     Ok(promoted.len())
 }
 

@@ -337,6 +337,22 @@ pub fn content_hash(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
-/// Active mentions at which an entity's profiles are (re)synthesised, at every multiple
-/// (`store::entities::queue_due_syntheses`).
+/// Active mentions at which an entity's profiles are (re)synthesised, at every multiple.
 pub const MENTION_THRESHOLD: i64 = 5;
+
+/// Whether an entity's profiles are due once `added` more active memories mention it, `now` in all: its active
+/// mentions reached a multiple of [`MENTION_THRESHOLD`].
+pub fn synthesis_due(now: i64, added: i64) -> bool {
+    now >= MENTION_THRESHOLD && now / MENTION_THRESHOLD > (now - added) / MENTION_THRESHOLD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_are_due_at_each_multiple_of_the_threshold_the_mentions_cross() {
+        assert!(!synthesis_due(4, 1) && synthesis_due(5, 1) && !synthesis_due(6, 1));
+        assert!(synthesis_due(11, 2) && !synthesis_due(12, 2) && synthesis_due(12, 7));
+    }
+}
