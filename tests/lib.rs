@@ -227,7 +227,7 @@ impl Fixture {
     /// A chunk of the source file at `path`, anchored at `symbol` on `lines`.
     pub fn code(mut self, path: &str, symbol: &str, lines: std::ops::RangeInclusive<u32>) -> Self {
         self.new.file_path = Some(path.into());
-        self.new.language = memory_core::code::Language::of_path(path).map(|l| l.as_str().into());
+        self.new.language = memory_core::repository::Language::of_path(path).map(|l| l.as_str().into());
         let (start_line, end_line) = lines.into_inner();
         self.new.anchor = Some(memory_core::domain::Anchor { symbol: symbol.into(), hash: None, start_line, end_line });
         self

@@ -8,7 +8,7 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use integration_tests::{Db, FixedEmbedder, agent_with_scopes, axis, memory, retriever};
-use memory_core::{code::RepositoryReader, domain::Scope, store};
+use memory_core::{domain::Scope, repository::RepositoryReader, store};
 use retrieve::{AppState, Authenticator, Claims, auth::sign_local_token};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -33,7 +33,7 @@ impl Api {
         if let Some(root) = repositories {
             retriever = retriever.with_repositories(
                 Arc::new(RepositoryReader::new(root, "HEAD", 64 * 1024)),
-                memory_core::code::exclude::Exclusions::secrets().unwrap(),
+                memory_core::repository::exclude::Exclusions::secrets().unwrap(),
             );
         }
         Self { app: integration_tests::local_app(retriever) }

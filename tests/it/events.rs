@@ -114,7 +114,7 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
                     drive(&workers::Worker::new(pool, synthesizer), event).await
                 }
                 "memory-file-scan" => {
-                    let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&repos)));
+                    let scanner = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&repos)));
                     drive(&workers::Worker::new(pool, scanner), event).await
                 }
                 other => panic!("{name}: no worker for queue {other}"),

@@ -385,14 +385,14 @@ async fn every_lifecycle_path_writes_exactly_its_outbox_events_and_none_for_a_no
     for (path, content) in [("same.md", "same"), ("changed.md", "version 1"), ("gone.md", "gone")] {
         let mut m = memory(org, content).scope(Scope::Project).project(project);
         m.new.file_path = Some(path.into());
-        m.new.content_hash = Some(memory_core::code::blob_sha(content.as_bytes()));
+        m.new.content_hash = Some(memory_core::repository::blob_sha(content.as_bytes()));
         m.insert(&db).await;
     }
-    let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)));
+    let scanner = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)));
     scanner.scan(&db.app, org).await.unwrap();
     // A changed or missing file only marks its memory; archiving after the grace period is the one state change.
     assert_eq!(outbox_counts(&db, org).await, events(&[]));
-    let no_grace = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)))
+    let no_grace = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)))
         .with_missing_grace(chrono::TimeDelta::zero());
     no_grace.scan(&db.app, org).await.unwrap();
     assert_eq!(outbox_counts(&db, org).await, events(&[("memory.archived", 1)]));
@@ -426,14 +426,14 @@ mod file_reader {
         for path in ["escape.md", "sideways/secret.md", &format!("../{other}/secret.md"), "big.md"] {
             let mut m = memory(org, "what the file said").scope(Scope::Project).project(project);
             m.new.file_path = Some(path.to_string());
-            m.new.content_hash = Some(memory_core::code::blob_sha(b"what the file said"));
+            m.new.content_hash = Some(memory_core::repository::blob_sha(b"what the file said"));
             scanned.push(m.insert(&db).await);
         }
         let mut projectless = memory(org, "no project");
         projectless.new.file_path = Some("README.md".into());
         scanned.push(projectless.insert(&db).await);
 
-        let reader = memory_core::code::DirectoryReader::new(&root).with_max_bytes(32);
+        let reader = memory_core::repository::DirectoryReader::new(&root).with_max_bytes(32);
         let report = FileScanner::new(Arc::new(reader)).scan(&db.app, org).await.unwrap();
         assert_eq!((report.scanned, report.failed), (5, 5));
         for m in scanned {
@@ -464,10 +464,13 @@ mod file_reader {
         std::fs::write(repository.join("deploy.md"), "Deploy with make release.").unwrap();
         let mut m = memory(org, "Deploy with make release.").scope(Scope::Project).project(project);
         m.new.file_path = Some("deploy.md".into());
-        m.new.content_hash = Some(memory_core::code::blob_sha(b"Deploy with make release."));
+        m.new.content_hash = Some(memory_core::repository::blob_sha(b"Deploy with make release."));
         let m = m.insert(&db).await;
         assert!(m.last_verified_at.is_none());
-        FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root))).scan(&db.app, org).await.unwrap();
+        FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)))
+            .scan(&db.app, org)
+            .await
+            .unwrap();
         let after = reload(&db, org, m.id).await;
         assert!(after.last_verified_at.is_some() && after.last_verified_at == after.file_last_scanned_at);
         assert!(after.file_scan_error.is_none());
@@ -567,7 +570,7 @@ mod file_baseline {
             .unwrap()
             .memory_ids[0];
 
-        let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)));
+        let scanner = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)));
         let report = scanner.scan(&db.app, org).await.unwrap();
         assert_eq!((report.unchanged, report.changed), (1, 0));
         let after = reload(&db, org, id).await;

@@ -411,9 +411,9 @@ mod file_scan {
 
     use integration_tests::{Db, memory};
     use memory_core::{
-        code::blob_sha,
         domain::MemoryStatus,
         lifecycle::file_scan::{FileScanner, ScanReport},
+        repository::blob_sha,
         retrieval::{RetrievalMode, RetrievalRequest},
         store,
     };
@@ -449,7 +449,7 @@ mod file_scan {
             store::memories::get(&mut *tx, org, id).await.unwrap().unwrap()
         };
 
-        let scanner = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)));
+        let scanner = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)));
         let report = scanner.scan(&db.app, org).await.unwrap();
         assert_eq!(report, ScanReport { scanned: 3, unchanged: 1, changed: 1, missing: 1, ..ScanReport::default() });
         let u = get(unchanged.id).await;
@@ -475,7 +475,7 @@ mod file_scan {
         // A file missing for longer than the grace period archives its memory.
         std::fs::remove_file(repository.join("docs/moving.md")).unwrap();
         scanner.scan(&db.app, org).await.unwrap();
-        let no_grace = FileScanner::new(Arc::new(memory_core::code::DirectoryReader::new(&root)))
+        let no_grace = FileScanner::new(Arc::new(memory_core::repository::DirectoryReader::new(&root)))
             .with_missing_grace(chrono::TimeDelta::zero());
         let report = no_grace.scan(&db.app, org).await.unwrap();
         assert_eq!(report.archived, 1);

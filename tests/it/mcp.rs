@@ -10,7 +10,7 @@ use axum::{
     http::{Request, StatusCode},
 };
 use integration_tests::{Db, agent_with_scopes, memory, minilm};
-use memory_core::{code::RepositoryReader, domain::Scope, embed::Embedder, store};
+use memory_core::{domain::Scope, embed::Embedder, repository::RepositoryReader, store};
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceExt;
@@ -51,7 +51,7 @@ async fn an_mcp_client_lists_and_calls_every_tool_within_its_organisation(opts: 
 
     let retriever = integration_tests::shipped_retriever(&db, minilm()).with_repositories(
         Arc::new(RepositoryReader::new(&repositories, "HEAD", 64 * 1024)),
-        memory_core::code::exclude::Exclusions::secrets().unwrap(),
+        memory_core::repository::exclude::Exclusions::secrets().unwrap(),
     );
     let app = integration_tests::local_app(retriever);
 

@@ -9,9 +9,9 @@ use axum::{body::Body, http::Request};
 use http_body_util::BodyExt;
 use integration_tests::minilm;
 use memory_core::{
-    code::{FileReader, RepositoryReader, Snapshot, exclude::Exclusions, import::SkipReason, reader},
     domain::{MemoryStatus, Scope},
     ingest::{Admission, Ingestor},
+    repository::{FileReader, RepositoryReader, Snapshot, exclude::Exclusions, import::SkipReason, reader},
     store,
 };
 use serde_json::{Value, json};
@@ -370,7 +370,7 @@ async fn a_plain_checkout_refuses_fifos_and_does_not_follow_a_git_file_elsewhere
     assert_eq!(read("src/lib.rs").await.unwrap().unwrap(), Some(b"fn f() {}\n".to_vec()), "read as files");
     assert_eq!(read("secret.txt").await.unwrap().unwrap(), None, "not the other repository's");
     let pipe = read("src/pipe.rs").await.expect("a FIFO is answered at once");
-    assert!(matches!(pipe, Err(memory_core::code::FileReadError::Refused(_))), "{pipe:?}");
+    assert!(matches!(pipe, Err(memory_core::repository::FileReadError::Refused(_))), "{pipe:?}");
     std::fs::remove_dir_all(&root).ok();
 }
 

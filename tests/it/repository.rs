@@ -5,10 +5,10 @@ use std::{process::Command, sync::Arc};
 
 use integration_tests::{Db, minilm};
 use memory_core::{
-    code::{FileReadError, FileReader, RepositoryReader, Snapshot, blob_sha, exclude::Exclusions, import},
     domain::{Memory, MemoryStatus, TrustLevel},
     ingest::{Admission, IngestBatch, Ingestor},
     lifecycle::file_scan::{FileScanner, ScanReport},
+    repository::{FileReadError, FileReader, RepositoryReader, Snapshot, blob_sha, exclude::Exclusions, import},
     retrieval::{SearchRequest, Strategy},
     store::{self},
 };
@@ -81,7 +81,7 @@ impl Setup {
             project_id: self.project,
             repository: "demo".into(),
             reference: "HEAD".into(),
-            max_file_bytes: memory_core::code::reader::DEFAULT_MAX_FILE_BYTES,
+            max_file_bytes: memory_core::repository::reader::DEFAULT_MAX_FILE_BYTES,
         };
         import::plan(&snapshot, &target, Exclusions::secrets().unwrap()).unwrap()
     }

@@ -461,7 +461,7 @@ async fn an_exported_organisation_ingested_elsewhere_answers_alike(opts: PgPoolO
     let (from, to, project) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     let embedder = integration_tests::minilm();
     let ingestor = Ingestor::new(db.app.clone(), embedder.clone());
-    let sha = memory_core::code::blob_sha(b"deploy: make release\n");
+    let sha = memory_core::repository::blob_sha(b"deploy: make release\n");
     let message: IngestBatch = serde_json::from_value(serde_json::json!({"organization_id": from, "batch_id": "b",
         "memories": [
             {"content": "billing-api deploys on Tuesdays through the release pipeline", "memory_type": "procedural",

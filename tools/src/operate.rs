@@ -92,13 +92,15 @@ pub fn import_plan(
     project: Uuid,
     name: Option<String>,
     reference: &str,
-) -> anyhow::Result<memory_core::code::import::ImportPlan> {
-    use memory_core::code::{Snapshot, import};
+) -> anyhow::Result<memory_core::repository::import::ImportPlan> {
+    use memory_core::repository::{Snapshot, import};
     let snapshot = Snapshot::open(path, reference)?;
     let folder = path.canonicalize()?.file_name().map(|n| n.to_string_lossy().into_owned());
     let repository = name.or(folder).ok_or_else(|| anyhow::anyhow!("name the repository with --name"))?;
-    let max_file_bytes =
-        memory_core::config::parsed_or("MEMORY_FILE_MAX_BYTES", memory_core::code::reader::DEFAULT_MAX_FILE_BYTES)?;
+    let max_file_bytes = memory_core::config::parsed_or(
+        "MEMORY_FILE_MAX_BYTES",
+        memory_core::repository::reader::DEFAULT_MAX_FILE_BYTES,
+    )?;
     let target = import::ImportTarget {
         organization_id: org,
         project_id: project,
@@ -106,7 +108,7 @@ pub fn import_plan(
         reference: reference.to_string(),
         max_file_bytes,
     };
-    Ok(import::plan(&snapshot, &target, memory_core::code::exclude::Exclusions::secrets()?)?)
+    Ok(import::plan(&snapshot, &target, memory_core::repository::exclude::Exclusions::secrets()?)?)
 }
 
 /// Records the files an import skipped (replacing its repository's last list) and prints them, one a line.
@@ -115,7 +117,7 @@ pub async fn record_skipped(
     org: Uuid,
     project: Uuid,
     repository: &str,
-    skipped: &[memory_core::code::import::SkippedFile],
+    skipped: &[memory_core::repository::import::SkippedFile],
 ) -> anyhow::Result<()> {
     for file in skipped {
         println!("  skipped {} ({}: {})", file.path, file.reason.as_str(), file.detail);

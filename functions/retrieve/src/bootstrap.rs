@@ -30,8 +30,9 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
         }
         None => tracing::warn!("MEMORY_COOLDOWN_KEY is not set: cooldown tokens hold only on this instance"),
     }
-    if let Some(reader) = memory_core::code::RepositoryReader::from_env()? {
-        retriever = retriever.with_repositories(Arc::new(reader), memory_core::code::exclude::Exclusions::secrets()?);
+    if let Some(reader) = memory_core::repository::RepositoryReader::from_env()? {
+        retriever =
+            retriever.with_repositories(Arc::new(reader), memory_core::repository::exclude::Exclusions::secrets()?);
     }
     let fair = crate::fair::FairShare::from_env(retriever.pool())?;
     Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth), fair: Arc::new(fair) })

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use memory_core::{
-    code::RepositoryReader,
     config,
     embed::Embedder,
     jobs::FileScanJob,
     lifecycle::file_scan::{DEFAULT_MISSING_GRACE, FileScanner},
+    repository::RepositoryReader,
 };
 
 use aws_edge::sqs::{Delivery, JobHandler};

@@ -193,7 +193,7 @@ proptest! {
 
 /// A source file shaped to hurt a chunker: containers nested thousands deep, long lines, huge identifiers, NULs
 /// and control characters, bytes that were not UTF-8, unclosed braces and strings, many tiny declarations.
-fn hostile_source() -> impl Strategy<Value = (crate::code::Language, String)> {
+fn hostile_source() -> impl Strategy<Value = (crate::repository::Language, String)> {
     let piece = prop_oneof![
         Just("mod a {\n"),
         Just("impl A {\n"),
@@ -221,7 +221,7 @@ fn hostile_source() -> impl Strategy<Value = (crate::code::Language, String)> {
         proptest::collection::vec(any::<u8>(), 0..4096).prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
     ];
     let parts = proptest::collection::vec(prop_oneof![4 => repeated, 1 => huge], 1..6);
-    (prop::sample::select(crate::code::Language::ALL.to_vec()), parts)
+    (prop::sample::select(crate::repository::Language::ALL.to_vec()), parts)
         .prop_map(|(language, parts)| (language, parts.concat()))
 }
 
@@ -310,10 +310,10 @@ proptest! {
     /// the bounded contexts), every chunk bounded, no chunker failure (a panic caught).
     #[test]
     fn fuzz_chunk_hostile_files((language, text) in hostile_source()) {
-        use crate::code::chunk::{MAX_CHUNK_BYTES, MAX_CHUNKS_PER_FILE, PARSE_BUDGET, ChunkError};
+        use crate::repository::chunk::{MAX_CHUNK_BYTES, MAX_CHUNKS_PER_FILE, PARSE_BUDGET, ChunkError};
         let started = std::time::Instant::now();
         let size = text.len();
-        let (result, held) = on_small_stack(move || crate::code::chunk_file("src/hostile.x", language, &text));
+        let (result, held) = on_small_stack(move || crate::repository::chunk_file("src/hostile.x", language, &text));
         prop_assert!(started.elapsed() < PARSE_BUDGET * 2, "{:?} for {size} bytes", started.elapsed());
         prop_assert!(held <= 32 * size + (32 << 20), "{held} bytes held for a file of {size}");
         prop_assert!(!matches!(result, Err(ChunkError::Failed(_))), "{result:?}");
@@ -330,7 +330,7 @@ proptest! {
     /// Any path string: refused or read, never a panic, a wait or an I/O error standing for a client's mistake.
     #[test]
     fn fuzz_repository_paths(path in prop_oneof![".*", "[a-z./\0-]{0,300}", "(\\.\\./|[a-z]{1,300}/){0,30}[a-z.]{0,10}"]) {
-        use crate::code::{DirectoryReader, FileReadError, FileReader};
+        use crate::repository::{DirectoryReader, FileReadError, FileReader};
         let root = std::env::temp_dir().join("fuzz-repository-paths");
         let (org, project) = (Uuid::nil(), Uuid::nil());
         std::fs::create_dir_all(root.join(org.to_string()).join(project.to_string())).expect("a folder");

@@ -4,7 +4,6 @@
 //! The Lambda functions in `functions/*` translate HTTP requests, SQS messages and scheduled events into calls on
 //! this crate and its results back. Nothing here knows about Lambda, API Gateway or SQS payloads.
 
-pub mod code;
 pub mod config;
 pub mod db;
 pub mod embed;
@@ -16,6 +15,7 @@ pub mod ingest;
 pub mod lifecycle;
 pub mod llm;
 pub mod outbox;
+pub mod repository;
 pub mod retrieval;
 pub mod secrets;
 pub mod services;

@@ -1,5 +1,5 @@
 //! A code-retrieval set from a repository, in the BEIR layout `memory-eval` reads: the repository's chunks
-//! (`code::chunk`) are the documents, each documented function or method a query. The query is the first paragraph
+//! (`repository::chunk`) are the documents, each documented function or method a query. The query is the first paragraph
 //! of the function's doc comment (Rust `///`, Go and TypeScript comments, Python docstrings); the function's
 //! document is its chunk with that comment taken out, so the words of the query are not copied into the answer.
 //! `--no-context` leaves the chunks' context (path, language, enclosing declarations, imports) out, to measure
@@ -18,7 +18,7 @@ use std::{
 };
 
 use clap::Parser;
-use memory_core::code::{Language, Snapshot, chunk_file};
+use memory_core::repository::{Language, Snapshot, chunk_file};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -118,7 +118,7 @@ fn split_doc(language: Language, text: &str) -> Option<(String, String)> {
 
 /// The import's messages, and each documented function of them as a query of its own chunk.
 fn as_imported(args: &Args) -> anyhow::Result<()> {
-    use memory_core::code::{exclude::Exclusions, import};
+    use memory_core::repository::{exclude::Exclusions, import};
     let snapshot = Snapshot::open(&args.source, "HEAD")?;
     let name = args.source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let target = import::ImportTarget {
@@ -126,7 +126,7 @@ fn as_imported(args: &Args) -> anyhow::Result<()> {
         project_id: uuid::Uuid::nil(),
         repository: name,
         reference: "HEAD".into(),
-        max_file_bytes: memory_core::code::reader::DEFAULT_MAX_FILE_BYTES,
+        max_file_bytes: memory_core::repository::reader::DEFAULT_MAX_FILE_BYTES,
     };
     let plan = import::plan(&snapshot, &target, Exclusions::secrets()?)?;
     let mut imported = std::io::BufWriter::new(std::fs::File::create(args.out.join("imported.jsonl"))?);

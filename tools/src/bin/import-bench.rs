@@ -21,10 +21,10 @@ use std::{
 
 use clap::Parser;
 use memory_core::{
-    code::{Snapshot, exclude::Exclusions, import},
     config,
     domain::{SourceKind, TrustLevel},
     ingest::IngestBatch,
+    repository::{Snapshot, exclude::Exclusions, import},
     store,
 };
 use memory_tools::stats::Percentiles;
@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
             reference: "HEAD".into(),
             max_file_bytes: config::parsed_or(
                 "MEMORY_FILE_MAX_BYTES",
-                memory_core::code::reader::DEFAULT_MAX_FILE_BYTES,
+                memory_core::repository::reader::DEFAULT_MAX_FILE_BYTES,
             )?,
         };
         let plan = import::plan(&Snapshot::open(&checkout, "HEAD")?, &target, Exclusions::secrets()?)?;

@@ -8,7 +8,7 @@ use axum::{
     extract::{Path, State},
 };
 use memory_core::{
-    code::tools::{FileRange, SymbolText},
+    repository::tools::{FileRange, SymbolText},
     retrieval::{RetrievalRequest, SearchRequest, SearchResult, Strategy, fusion::Fusion},
     store::SearchFilters,
 };

@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use super::{EntityRef, History, IngestBatch, IngestMemory, IngestProvenance, IngestReceipt, MAX_MEMORIES, VERSION};
 use crate::{
-    code::reader::is_blob_sha,
     domain::{SourceKind, TrustLevel},
     lifecycle::guarded,
+    repository::reader::is_blob_sha,
     store,
 };
 

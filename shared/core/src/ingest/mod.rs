@@ -29,11 +29,11 @@ pub use memory_model::ingest::{
 };
 
 use crate::{
-    code::Language,
     config::DEFAULT_WORKER_MODEL_TIMEOUT,
     domain::{MemoryStatus, MemoryType, NewMemory, Provenance, Readership, Scope, content_hash},
     embed::Embedder,
     jobs::{ContradictionCheckJob, DedupReviewJob, JobType},
+    repository::Language,
     store::{
         self,
         forget::{ForgetSelector, Forgetting},
@@ -606,7 +606,7 @@ pub(crate) fn is_verified_chunk(memory: &NewMemory) -> bool {
         && memory.provenance.trust_level == crate::domain::TrustLevel::Verified
         && memory.scope == Scope::Project
         && memory.file_path.is_some()
-        && memory.content_hash.as_deref().is_some_and(crate::code::reader::is_blob_sha)
+        && memory.content_hash.as_deref().is_some_and(crate::repository::reader::is_blob_sha)
         && memory.anchor.as_ref().and_then(|a| a.hash.as_deref())
             == Some(content_hash(memory.content.as_bytes()).as_str())
 }

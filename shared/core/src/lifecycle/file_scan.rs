@@ -1,7 +1,7 @@
 //! The file-backed freshness scan: memories whose content comes from a file in a project's repository are
 //! re-read, each file once. A file's hash is its git blob SHA. A whole-file memory (no anchor) is verified while its
 //! file is unchanged; when the file changes it is marked (`file_changed_at`: kept, returned with `stale: true`,
-//! never replaced by the whole file). An anchored memory (a chunk of its file, [`crate::code::chunk`]) is compared
+//! never replaced by the whole file). An anchored memory (a chunk of its file, [`crate::repository::chunk`]) is compared
 //! by its own chunk: unchanged -> verified; moved (same text, other lines) -> its anchor's lines updated, no new
 //! version; changed -> a new version with the chunk's new text superseding only that memory (a memory that was not
 //! the chunk's text, a summary say, is marked stale instead); anchor gone -> `missing`. A missing file or anchor is
@@ -18,16 +18,16 @@ use chrono::{TimeDelta, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub use crate::code::reader::DEFAULT_MAX_FILE_BYTES;
+pub use crate::repository::reader::DEFAULT_MAX_FILE_BYTES;
 use crate::{
-    code::{
-        Chunk, FileReader, Language, blob_sha, chunk_file,
-        reader::{FileReadError, is_blob_sha},
-    },
     domain::{Anchor, Memory, MemoryStatus, NewMemory, Scope, TrustLevel, content_hash},
     embed::Embedder,
     jobs::{FileCursor, FileScanJob, JobType},
     lifecycle::embed_optional,
+    repository::{
+        Chunk, FileReader, Language, blob_sha, chunk_file,
+        reader::{FileReadError, is_blob_sha},
+    },
     store::{self, transitions},
 };
 

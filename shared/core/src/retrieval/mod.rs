@@ -27,14 +27,14 @@ pub use settings::RetrievalConfig;
 pub use types::*;
 
 use crate::{
-    code::{
+    domain::{Memory, Scope},
+    embed::Embedder,
+    llm::Llm,
+    repository::{
         FileReader,
         exclude::Exclusions,
         tools::{FileRange, RepositoryTools, SymbolText},
     },
-    domain::{Memory, Scope},
-    embed::Embedder,
-    llm::Llm,
     store::{self, ScopeFilter, branches::BranchExtras},
 };
 
@@ -213,7 +213,7 @@ impl Retriever {
             .repositories
             .as_ref()
             .ok_or_else(|| crate::Error::Absent("this deployment has no repositories (MEMORY_REPOS_DIR)".into()))?;
-        crate::code::reader::check_relative(path).map_err(|e| crate::Error::validation(e.to_string()))?;
+        crate::repository::reader::check_relative(path).map_err(|e| crate::Error::validation(e.to_string()))?;
         let read_scopes = self.read_scopes(organization_id, agent_id).await?;
         if !read_scopes.contains(&Scope::Project) {
             return Err(crate::Error::Forbidden("reading a project's repository needs the project read scope".into()));

@@ -168,7 +168,7 @@ pub struct NewMemory {
     pub sender: Option<String>,
 }
 
-/// Where a file-backed memory's text sits in its file: the chunk it was written from (`code::chunk`).
+/// Where a file-backed memory's text sits in its file: the chunk it was written from (`repository::chunk`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Anchor {
