@@ -27,7 +27,7 @@ use crate::{
     AppState,
     auth::Principal,
     error::ApiError,
-    routes::{system::catalogue, tools},
+    routes::{catalogue::Tool as CatalogueTool, tools},
 };
 
 /// One MCP server per request (the transport is stateless), over the process's state.
@@ -77,7 +77,8 @@ impl ServerHandler for MemoryMcp {
         _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = catalogue()
+        let tools = CatalogueTool::ALL
+            .map(CatalogueTool::definition)
             .into_iter()
             .map(|t| {
                 Tool::new(t.name, t.description, Arc::new(t.input_schema.as_object().cloned().unwrap_or_default()))
@@ -97,7 +98,7 @@ impl ServerHandler for MemoryMcp {
             .and_then(|parts| parts.extensions.get::<Principal>())
             .cloned()
             .ok_or_else(|| ErrorData::internal_error("the request was not authenticated", None))?;
-        if !catalogue().iter().any(|t| t.name == request.name) {
+        if CatalogueTool::parse(&request.name).is_none() {
             return Err(ErrorData::invalid_params(format!("no tool {:?}", request.name), None));
         }
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());

@@ -1,5 +1,6 @@
 //! Routes of the retrieve API.
 
+pub(crate) mod catalogue;
 pub(crate) mod memories;
 pub(crate) mod retrieve;
 pub(crate) mod search;
@@ -11,6 +12,7 @@ use axum::{
     routing::{get, post},
 };
 
+use self::catalogue::Tool;
 use crate::{AppState, error::ApiError};
 
 pub fn router() -> Router<AppState> {
@@ -19,11 +21,11 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(system::openapi))
         .route("/v1/tools", get(system::tools))
         .route("/v1/retrieve", post(retrieve::retrieve))
-        .route("/v1/tools/memory.query", post(retrieve::memory_query_tool))
-        .route("/v1/tools/search_lexical", post(tools::search_lexical))
-        .route("/v1/tools/search_semantic", post(tools::search_semantic))
-        .route("/v1/tools/read_symbol", post(tools::read_symbol))
-        .route("/v1/tools/read_file_range", post(tools::read_file_range))
+        .route(&Tool::MemoryQuery.path(), post(retrieve::memory_query_tool))
+        .route(&Tool::SearchLexical.path(), post(tools::search_lexical))
+        .route(&Tool::SearchSemantic.path(), post(tools::search_semantic))
+        .route(&Tool::ReadSymbol.path(), post(tools::read_symbol))
+        .route(&Tool::ReadFileRange.path(), post(tools::read_file_range))
         .route("/v1/tools/{name}", post(tools::call_by_name))
         .route("/v1/search", post(search::search))
         .route("/v1/memories/{id}", get(memories::get_memory))

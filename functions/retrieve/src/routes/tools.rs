@@ -17,6 +17,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::catalogue::Tool;
 use crate::{
     AppState,
     auth::Principal,
@@ -172,28 +173,29 @@ pub async fn call(state: &AppState, principal: &Principal, name: &str, arguments
         serde_json::to_value(value).map_err(|e| ApiError::Internal(e.into()))
     }
     let (org, agent) = (principal.organization_id, principal.agent_id);
-    match name {
-        "memory.query" => answer(super::retrieve::memory_query(state, principal, input(arguments)?).await?),
-        "search_lexical" => answer(search_with(state, principal, input(arguments)?, Strategy::Keyword).await?),
-        "search_semantic" => answer(search_with(state, principal, input(arguments)?, Strategy::Vector).await?),
-        "search" => answer(super::search::run(state, principal, input(arguments)?).await?),
-        "get_memory" => answer(state.retriever.memory(org, agent, input::<MemoryIdInput>(arguments)?.id).await?),
-        "memory_chain" => {
+    let tool =
+        Tool::parse(name).ok_or_else(|| ApiError::NotFound(format!("no tool {name:?}: GET /v1/tools lists them")))?;
+    match tool {
+        Tool::MemoryQuery => answer(super::retrieve::memory_query(state, principal, input(arguments)?).await?),
+        Tool::SearchLexical => answer(search_with(state, principal, input(arguments)?, Strategy::Keyword).await?),
+        Tool::SearchSemantic => answer(search_with(state, principal, input(arguments)?, Strategy::Vector).await?),
+        Tool::Search => answer(super::search::run(state, principal, input(arguments)?).await?),
+        Tool::GetMemory => answer(state.retriever.memory(org, agent, input::<MemoryIdInput>(arguments)?.id).await?),
+        Tool::MemoryChain => {
             let id = input::<MemoryIdInput>(arguments)?.id;
             let chain = state.retriever.supersession_chain(org, agent, id).await?;
             answer(super::memories::SupersessionChain { memory_id: id, chain })
         }
-        "read_symbol" => {
+        Tool::ReadSymbol => {
             let i: ReadSymbolInput = input(arguments)?;
             answer(state.retriever.read_symbol(org, agent, i.project_id, &i.path, &i.symbol).await?)
         }
-        "read_file_range" => {
+        Tool::ReadFileRange => {
             let i: ReadFileRangeInput = input(arguments)?;
             answer(
                 state.retriever.read_file_range(org, agent, i.project_id, &i.path, (i.start_line, i.end_line)).await?,
             )
         }
-        other => Err(ApiError::NotFound(format!("no tool {other:?}: GET /v1/tools lists them"))),
     }
 }
 
