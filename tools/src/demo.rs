@@ -211,58 +211,34 @@ fn corpus(i: usize) -> Vec<IngestMemory> {
             };
             let source_ref = format!("run-{}/turn-{}", rng.random_range(100..999), rng.random_range(1..40));
             memories.push(IngestMemory {
-                context: None,
-                content: template.replace("{s}", service),
-                memory_type: *memory_type,
                 scope,
                 project_id,
                 task_id,
                 agent_id,
                 sensitivity,
                 confidence: rng.random_range(0.55..0.98),
-                expires_at: None,
-                ttl_seconds: None,
                 tags: vec![service.to_string()],
                 labels: [("service".to_string(), service.to_string())].into(),
                 taxonomy: vec![path.to_string()],
                 entities: vec![EntityRef { name: service.to_string(), kind: "service".into() }],
                 created_at: Some(now - Duration::hours(rng.random_range(1..24 * 365))),
-                file_path: None,
-                repository: None,
-                anchor: None,
-                history: None,
-                provenance: IngestProvenance { source_kind, source_ref, git_blob_sha: None, trust_level },
+                ..IngestMemory::new(
+                    template.replace("{s}", service),
+                    *memory_type,
+                    IngestProvenance::new(source_kind, source_ref, trust_level),
+                )
             });
         }
     }
     for (path, memory_type, content) in SPECIFIC {
         memories.push(IngestMemory {
-            context: None,
-            content: content.to_string(),
-            memory_type: *memory_type,
-            scope: Scope::Org,
-            project_id: None,
-            task_id: None,
-            agent_id: None,
-            sensitivity: Sensitivity::Normal,
             confidence: 0.9,
-            expires_at: None,
-            ttl_seconds: None,
-            tags: Vec::new(),
-            labels: Default::default(),
             taxonomy: vec![path.to_string()],
-            entities: Vec::new(),
-            created_at: None,
-            file_path: None,
-            repository: None,
-            anchor: None,
-            history: None,
-            provenance: IngestProvenance {
-                source_kind: SourceKind::Human,
-                source_ref: "demo".into(),
-                git_blob_sha: None,
-                trust_level: TrustLevel::Verified,
-            },
+            ..IngestMemory::new(
+                content.to_string(),
+                *memory_type,
+                IngestProvenance::new(SourceKind::Human, "demo", TrustLevel::Verified),
+            )
         });
     }
     memories

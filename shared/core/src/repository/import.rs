@@ -15,7 +15,7 @@ use super::{
     reader::{FileReadError, MAX_TREE_ENTRIES},
 };
 use crate::{
-    domain::{Anchor, MemoryType, Scope, Sensitivity, SourceKind, TrustLevel},
+    domain::{Anchor, MemoryType, Scope, SourceKind, TrustLevel},
     ingest::{IngestBatch, IngestMemory, IngestProvenance, MAX_MEMORIES, VERSION},
 };
 
@@ -162,38 +162,28 @@ pub fn plan(snapshot: &Snapshot, target: &ImportTarget, exclusions: Exclusions) 
         plan.chunks += chunks.len();
         let memories: Vec<IngestMemory> = chunks
             .into_iter()
-            .map(|chunk| IngestMemory {
-                anchor: Some(Anchor {
-                    symbol: chunk.symbol.clone(),
-                    hash: Some(chunk.hash()),
-                    start_line: chunk.start_line,
-                    end_line: chunk.end_line,
-                }),
-                content: chunk.text,
-                context: Some(chunk.context),
-                memory_type: MemoryType::Semantic,
-                scope: Scope::Project,
-                project_id: Some(target.project_id),
-                task_id: None,
-                agent_id: None,
-                sensitivity: Sensitivity::Normal,
-                confidence: 0.9,
-                expires_at: None,
-                ttl_seconds: None,
-                tags: Vec::new(),
-                labels: BTreeMap::from([("chunk".to_string(), chunk.kind.to_string())]),
-                taxonomy: Vec::new(),
-                entities: Vec::new(),
-                created_at: None,
-                file_path: Some(file.path.clone()),
-                history: None,
-                repository: Some(target.repository.clone()),
-                provenance: IngestProvenance {
-                    source_kind: SourceKind::File,
-                    source_ref: format!("{}@{}:{}#{}", target.repository, target.reference, file.path, chunk.symbol),
+            .map(|chunk| {
+                let source_ref = format!("{}@{}:{}#{}", target.repository, target.reference, file.path, chunk.symbol);
+                let provenance = IngestProvenance {
                     git_blob_sha: Some(file.blob_sha.clone()),
-                    trust_level: TrustLevel::Verified,
-                },
+                    ..IngestProvenance::new(SourceKind::File, source_ref, TrustLevel::Verified)
+                };
+                IngestMemory {
+                    anchor: Some(Anchor {
+                        symbol: chunk.symbol.clone(),
+                        hash: Some(chunk.hash()),
+                        start_line: chunk.start_line,
+                        end_line: chunk.end_line,
+                    }),
+                    context: Some(chunk.context),
+                    scope: Scope::Project,
+                    project_id: Some(target.project_id),
+                    confidence: 0.9,
+                    labels: BTreeMap::from([("chunk".to_string(), chunk.kind.to_string())]),
+                    file_path: Some(file.path.clone()),
+                    repository: Some(target.repository.clone()),
+                    ..IngestMemory::new(chunk.text, MemoryType::Semantic, provenance)
+                }
             })
             .collect();
         for (part, memories) in memories.chunks(MAX_MEMORIES).enumerate() {

@@ -78,6 +78,44 @@ pub struct IngestMemory {
     pub provenance: IngestProvenance,
 }
 
+impl IngestMemory {
+    /// A memory of `content` with every optional field at its default (as a message that leaves them out reads):
+    /// organisation-wide, normal sensitivity, confidence 0.5, no expiry, tags, labels, taxonomy or entities, not
+    /// file-backed. Set the rest with struct update syntax.
+    pub fn new(content: impl Into<String>, memory_type: MemoryType, provenance: IngestProvenance) -> Self {
+        Self {
+            content: content.into(),
+            context: None,
+            memory_type,
+            scope: Scope::Org,
+            project_id: None,
+            task_id: None,
+            agent_id: None,
+            sensitivity: normal(),
+            confidence: half(),
+            expires_at: None,
+            ttl_seconds: None,
+            tags: Vec::new(),
+            labels: BTreeMap::new(),
+            taxonomy: Vec::new(),
+            entities: Vec::new(),
+            created_at: None,
+            file_path: None,
+            repository: None,
+            anchor: None,
+            history: None,
+            provenance,
+        }
+    }
+}
+
+impl IngestProvenance {
+    /// A source that names no git blob.
+    pub fn new(source_kind: SourceKind, source_ref: impl Into<String>, trust_level: TrustLevel) -> Self {
+        Self { source_kind, source_ref: source_ref.into(), git_blob_sha: None, trust_level }
+    }
+}
+
 fn normal() -> Sensitivity {
     Sensitivity::Normal
 }

@@ -3,8 +3,9 @@
 use std::{sync::Arc, time::Instant};
 
 use memory_core::{
+    domain::{MemoryType, SourceKind, TrustLevel},
     embed::{Embedder, MiniLm},
-    ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
+    ingest::{Admission, IngestBatch, IngestMemory, IngestProvenance, Ingestor, MAX_MEMORIES, VERSION},
 };
 use memory_tools::{scratch, stats::Percentiles, synthetic::Corpus};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -92,13 +93,8 @@ pub async fn ingest_rate(args: &Args, model: Arc<MiniLm>) -> anyhow::Result<Inge
 }
 
 pub fn memory(text: &str) -> IngestMemory {
-    serde_json::from_value(serde_json::json!({
-        "content": text,
-        "memory_type": "semantic",
-        "scope": "org",
-        "provenance": {"source_kind": "run", "source_ref": "memory-bench", "trust_level": "unverified"},
-    }))
-    .expect("a well-formed memory")
+    let provenance = IngestProvenance::new(SourceKind::Run, "memory-bench", TrustLevel::Unverified);
+    IngestMemory::new(text, MemoryType::Semantic, provenance)
 }
 
 /// `sentences` plausible engineering sentences of 10-16 words.
