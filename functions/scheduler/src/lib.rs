@@ -15,6 +15,7 @@
 //!
 //! The sweeps and the prune each visit at most `MEMORY_SWEEP_ORGANIZATIONS` organisations per run, in turn.
 
+use lambda_runtime::{LambdaEvent, service_fn};
 use memory_core::{
     config::{self, DatabaseConfig},
     db::{self, PgPool},
@@ -110,4 +111,34 @@ pub async fn run(task: Task, app: Option<(&PgPool, &OutboxRelay)>) -> anyhow::Re
 async fn admin_pool() -> anyhow::Result<PgPool> {
     let config = secrets::database_config("MEMORY_ADMIN_DATABASE_URL", "MEMORY_ADMIN_DATABASE_SECRET_ARN").await?;
     Ok(db::pool(&DatabaseConfig { max_connections: 2, ..config })?)
+}
+
+/// The scheduler's and the maintenance function's `main`: the application pool and relay when the application
+/// database is configured (the scheduler function), the owner's pool per maintenance task (the maintenance
+/// function); then each scheduled event's task under the Lambda runtime.
+pub async fn lambda_main() -> Result<(), lambda_runtime::Error> {
+    memory_core::telemetry::init();
+    memory_core::telemetry::init_metrics("scheduler");
+    let app = match secrets::database_configured("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN") {
+        true => {
+            let config = secrets::database_config("MEMORY_DATABASE_URL", "MEMORY_DATABASE_SECRET_ARN").await?;
+            let pool = memory_core::db::pool(&config)?;
+            let relay = aws_edge::relay::relay_from_env(pool.clone()).await?;
+            Some((pool, relay))
+        }
+        false => None,
+    };
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Task>| {
+        let app = app.clone();
+        async move {
+            let task = event.payload;
+            tracing::info!(?task, "scheduled task");
+            let outcome = run(task, app.as_ref().map(|(p, r)| (p, r))).await;
+            memory_core::telemetry::flush_metrics();
+            let outcome = outcome?;
+            tracing::info!(%outcome, "scheduled task finished");
+            Ok::<_, lambda_runtime::Error>(outcome)
+        }
+    }))
+    .await
 }
