@@ -134,7 +134,7 @@ async fn no_statement_outside_the_named_sweeps_reads_more_than_one_organisation(
     .unwrap();
     assert!(definers.is_empty(), "functions that bypass the policies: {definers:?}");
 
-    // The statements (comments aside): only the outbox module (the relay and the sweeps' turns) names the registry.
+    // The statements (comments aside): only the module of turns (the registry and the sweeps' stamps) names it.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut naming = Vec::new();
     for dir in ["shared", "functions", "tools/src"] {
@@ -145,7 +145,7 @@ async fn no_statement_outside_the_named_sweeps_reads_more_than_one_organisation(
             }
         }
     }
-    assert_eq!(naming, ["shared/store/src/outbox.rs"], "statements naming {REGISTRY}");
+    assert_eq!(naming, ["shared/store/src/turns.rs"], "statements naming {REGISTRY}");
 }
 
 fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -415,7 +415,7 @@ async fn main() -> anyhow::Result<()> {
             let named = org.is_some();
             let organizations = match org {
                 Some(org) => vec![org],
-                None => store::outbox::organizations(&pool).await?,
+                None => store::turns::organizations(&pool).await?,
             };
             for org in organizations {
                 let report = scanner.scan_project(&pool, org, project).await?;

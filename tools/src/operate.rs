@@ -195,7 +195,7 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
     let (mut jobs, mut events, mut held, mut undecided) = (0, 0, 0, 0);
     let waited = chrono::TimeDelta::minutes(15);
     let mut files = Vec::new();
-    for org in store::outbox::organizations(pool).await? {
+    for org in store::turns::organizations(pool).await? {
         let mut tx = store::begin_for_org(pool, org).await?;
         jobs += store::jobs::unsent_counts(&mut *tx, org).await?.iter().map(|(_, n)| n).sum::<i64>();
         events += store::outbox::unpublished_count(&mut *tx, org).await?;

@@ -18,10 +18,7 @@ use uuid::Uuid;
 
 use crate::{
     jobs::{JobType, QueuedJob},
-    store::{
-        self,
-        outbox::{OutboxEvent, Sweep},
-    },
+    store::{self, outbox::OutboxEvent, turns::Sweep},
 };
 
 /// Events per claim and per publish call (EventBridge's PutEvents limit).
@@ -248,7 +245,7 @@ impl OutboxRelay {
         let started = Instant::now();
         let (mut report, mut unfinished, mut visited) = (SweepReport::default(), Vec::new(), Vec::new());
         while (visited.len() as i64) < self.sweep_organizations && started.elapsed() < budget {
-            let Some(organization_id) = store::outbox::next_to_sweep(&self.pool, Sweep::Outbox, 1).await?.pop() else {
+            let Some(organization_id) = store::turns::next_to_sweep(&self.pool, Sweep::Outbox, 1).await?.pop() else {
                 break;
             };
             if visited.contains(&organization_id) {
@@ -271,7 +268,7 @@ impl OutboxRelay {
             }
         }
         report.unfinished_organizations = unfinished.len();
-        store::outbox::sweep_first(&self.pool, Sweep::Outbox, &unfinished).await?;
+        store::turns::sweep_first(&self.pool, Sweep::Outbox, &unfinished).await?;
         Ok(report)
     }
 

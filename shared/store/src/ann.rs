@@ -42,7 +42,7 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
 pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnIndexChanges> {
     let mut counts: Vec<(Uuid, i64)> =
         sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_totals").fetch_all(pool).await?;
-    for org in super::outbox::organizations(pool).await? {
+    for org in super::turns::organizations(pool).await? {
         if counts.iter().any(|(o, _)| *o == org) {
             continue;
         }

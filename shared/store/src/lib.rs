@@ -21,6 +21,7 @@ pub mod review;
 pub mod skipped;
 pub mod taxonomy;
 pub mod transitions;
+pub mod turns;
 
 use memory_model::{domain, language};
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};

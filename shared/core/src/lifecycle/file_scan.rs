@@ -46,7 +46,7 @@ pub const LARGE_ORGANIZATION: i64 = 1_000;
 /// organisations are those listed in `domain_event_outbox_org` (every organisation that ever wrote a memory).
 pub async fn schedule_scans(pool: &PgPool) -> crate::Result<usize> {
     let mut queued = 0;
-    for organization_id in store::outbox::organizations(pool).await? {
+    for organization_id in store::turns::organizations(pool).await? {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let projects = store::memories::file_backed_by_project(&mut *tx, organization_id).await?;
         let total: i64 = projects.iter().map(|(_, n)| n).sum();

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::contradiction::PROMOTION_CONFIDENCE;
 use crate::{
     jobs::{DedupReviewJob, JobType},
-    store::{self, outbox::Sweep, transitions},
+    store::{self, transitions, turns::Sweep},
 };
 
 /// How long a candidate may wait for its contradiction check (`MEMORY_CANDIDATE_BOUND_MINUTES`): longer than SQS
@@ -42,7 +42,7 @@ const EXPIRED_PER_RUN: i64 = 500;
 /// within a bounded number of runs however many there are).
 pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) -> crate::Result<SweepReport> {
     let mut report = SweepReport::default();
-    for organization_id in store::outbox::next_to_sweep(pool, Sweep::Lifecycle, organizations).await? {
+    for organization_id in store::turns::next_to_sweep(pool, Sweep::Lifecycle, organizations).await? {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         // Promotion first: the promoted memories' pairs are then reviewable now.
         report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
@@ -153,7 +153,7 @@ pub struct PruneReport {
 pub async fn prune(pool: &PgPool, organizations: i64) -> crate::Result<PruneReport> {
     let now = chrono::Utc::now();
     let mut report = PruneReport::default();
-    for organization_id in store::outbox::next_to_sweep(pool, Sweep::Prune, organizations).await? {
+    for organization_id in store::turns::next_to_sweep(pool, Sweep::Prune, organizations).await? {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         report.events += store::outbox::prune_published(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
         report.jobs += store::jobs::prune_sent(&mut *tx, organization_id, now - OUTBOX_RETENTION).await?;
