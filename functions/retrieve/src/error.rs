@@ -89,8 +89,7 @@ impl From<memory_core::Error> for ApiError {
         match error {
             E::Validation(m) => Self::Unprocessable(m),
             E::Forbidden(m) => Self::Forbidden(m),
-            E::NotFound { kind, id } => Self::NotFound(format!("{kind} {id} not found")),
-            E::Absent(m) => Self::NotFound(m),
+            E::NotFound { message, .. } => Self::NotFound(message),
             E::Database(e) if database_unavailable(&e) => {
                 tracing::warn!(error = %e, "database unavailable");
                 Self::Unavailable("the database is unavailable; retry".into())

@@ -12,11 +12,10 @@ pub enum Error {
     /// The caller may not do this (for example name another organisation).
     #[error("{0}")]
     Forbidden(String),
-    #[error("{kind} {id} not found")]
-    NotFound { kind: &'static str, id: Uuid },
-    /// Something the caller named by path or name (a file, a symbol) is not there.
-    #[error("{0}")]
-    Absent(String),
+    /// What the caller named (a memory or an entity by id, a file or a symbol by path) is not there: `kind` says
+    /// what it is, the message which.
+    #[error("{message}")]
+    NotFound { kind: &'static str, message: String },
     #[error("embedding failed: {0}")]
     Embedding(#[from] crate::embed::EmbedError),
     #[error("language model failed: {0}")]
@@ -45,5 +44,10 @@ impl From<crate::store::transitions::TransitionError> for Error {
 impl Error {
     pub fn validation(message: impl Into<String>) -> Self {
         Self::Validation(message.into())
+    }
+
+    /// The row of `kind` with this id is not there.
+    pub fn not_found(kind: &'static str, id: Uuid) -> Self {
+        Self::NotFound { kind, message: format!("{kind} {id} not found") }
     }
 }

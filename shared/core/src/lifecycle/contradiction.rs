@@ -74,7 +74,7 @@ impl ContradictionDetector {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let new = store::memories::get(&mut *tx, organization_id, memory_id)
             .await?
-            .ok_or(crate::Error::NotFound { kind: "memory", id: memory_id })?;
+            .ok_or(crate::Error::not_found("memory", memory_id))?;
         // The model judges only what it reads whole: a memory longer than a prompt quotes is not compared.
         let candidates = if read_whole(&new) {
             let (similar, longest) = ((MIN_COSINE, MAX_COSINE), QUOTED_CHARS as i64);
@@ -99,7 +99,7 @@ impl ContradictionDetector {
         let ids: Vec<Uuid> = std::iter::once(memory_id).chain(candidates.iter().map(|c| c.memory.id)).collect();
         let locked = transitions::lock(&mut tx, organization_id, &ids).await?;
         let Some(new) = locked.iter().find(|m| m.id == memory_id).cloned() else {
-            return Err(crate::Error::NotFound { kind: "memory", id: memory_id });
+            return Err(crate::Error::not_found("memory", memory_id));
         };
         if !matches!(new.status, MemoryStatus::Candidate | MemoryStatus::Active) {
             return Ok(Vec::new());

@@ -13,14 +13,13 @@ pub const MAX_HOPS: usize = 10;
 
 /// Follows `superseded_by` from `id` to the memory that is not superseded; more than [`MAX_HOPS`] links is an error.
 pub async fn resolve(conn: &mut PgConnection, organization_id: Uuid, id: Uuid) -> crate::Result<Memory> {
-    let mut current = store::memories::get(&mut *conn, organization_id, id)
-        .await?
-        .ok_or(crate::Error::NotFound { kind: "memory", id })?;
+    let mut current =
+        store::memories::get(&mut *conn, organization_id, id).await?.ok_or(crate::Error::not_found("memory", id))?;
     for _ in 0..MAX_HOPS {
         let Some(next) = current.superseded_by else { return Ok(current) };
         current = store::memories::get(&mut *conn, organization_id, next)
             .await?
-            .ok_or(crate::Error::NotFound { kind: "memory", id: next })?;
+            .ok_or(crate::Error::not_found("memory", next))?;
     }
     match current.superseded_by {
         None => Ok(current),
@@ -33,9 +32,8 @@ pub async fn resolve(conn: &mut PgConnection, organization_id: Uuid, id: Uuid) -
 /// The chain through `id`, oldest first: the memories it (transitively) replaced, itself, and its successors,
 /// each readable under `scope`, at most [`MAX_HOPS`] in each direction.
 pub async fn chain(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid) -> crate::Result<Vec<Memory>> {
-    let start = store::memories::get_readable(&mut *conn, scope, id)
-        .await?
-        .ok_or(crate::Error::NotFound { kind: "memory", id })?;
+    let start =
+        store::memories::get_readable(&mut *conn, scope, id).await?.ok_or(crate::Error::not_found("memory", id))?;
     let mut before = Vec::new();
     let mut frontier = vec![start.id];
     for _ in 0..MAX_HOPS {

@@ -102,7 +102,7 @@ impl EntitySynthesizer {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let entity = store::entities::get(&mut *tx, organization_id, entity_id)
             .await?
-            .ok_or(crate::Error::NotFound { kind: "entity", id: entity_id })?;
+            .ok_or(crate::Error::not_found("entity", entity_id))?;
         let sources = store::entities::active_mentioning(&mut *tx, organization_id, entity_id).await?;
         let current = store::entities::partition_profiles(&mut *tx, organization_id, entity_id).await?;
         tx.commit().await?;
@@ -154,7 +154,7 @@ impl EntitySynthesizer {
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         let entity = store::entities::lock(&mut tx, organization_id, entity_id)
             .await?
-            .ok_or(crate::Error::NotFound { kind: "entity", id: entity_id })?;
+            .ok_or(crate::Error::not_found("entity", entity_id))?;
         let sources_now = store::entities::active_mentioning(&mut *tx, organization_id, entity_id).await?;
         let partitions_now = partitions(&sources_now);
         let digests_now: Vec<String> = partitions_now.iter().map(|p| p.digest.clone()).collect();

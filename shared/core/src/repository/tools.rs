@@ -68,10 +68,10 @@ impl RepositoryTools {
             .await
             .map_err(|e| crate::Error::Unexpected(anyhow::anyhow!("the chunker's task failed: {e}")))?
             .map_err(|e| crate::Error::validation(format!("{path}: {e}")))?;
-        let chunk = chunks
-            .into_iter()
-            .find(|c| c.symbol == symbol)
-            .ok_or_else(|| crate::Error::Absent(format!("{path} has no declaration or section {symbol:?}")))?;
+        let chunk = chunks.into_iter().find(|c| c.symbol == symbol).ok_or_else(|| crate::Error::NotFound {
+            kind: "symbol",
+            message: format!("{path} has no declaration or section {symbol:?}"),
+        })?;
         Ok(SymbolText {
             path: path.to_string(),
             symbol: chunk.symbol,
@@ -114,10 +114,14 @@ impl RepositoryTools {
             Ok(Some(bytes)) => {
                 String::from_utf8(bytes).map_err(|_| crate::Error::validation(format!("{path} is not text")))
             }
-            Ok(None) => Err(crate::Error::Absent(format!("the project's repository has no file {path}"))),
-            Err(FileReadError::NoRepository) => {
-                Err(crate::Error::Absent(format!("project {project_id} has no repository")))
-            }
+            Ok(None) => Err(crate::Error::NotFound {
+                kind: "file",
+                message: format!("the project's repository has no file {path}"),
+            }),
+            Err(FileReadError::NoRepository) => Err(crate::Error::NotFound {
+                kind: "repository",
+                message: format!("project {project_id} has no repository"),
+            }),
             Err(FileReadError::Io { source, .. }) => {
                 Err(crate::Error::Unavailable(format!("reading {path}: {source}")))
             }

@@ -150,7 +150,7 @@ impl Retriever {
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
         tx.commit().await?;
-        memory.ok_or(crate::Error::NotFound { kind: "memory", id })
+        memory.ok_or(crate::Error::not_found("memory", id))
     }
 
     /// The supersession chain through a memory the principal may read, oldest first: what it replaced and what
@@ -209,10 +209,10 @@ impl Retriever {
         project_id: Uuid,
         path: &str,
     ) -> crate::Result<&RepositoryTools> {
-        let tools = self
-            .repositories
-            .as_ref()
-            .ok_or_else(|| crate::Error::Absent("this deployment has no repositories (MEMORY_REPOS_DIR)".into()))?;
+        let tools = self.repositories.as_ref().ok_or_else(|| crate::Error::NotFound {
+            kind: "repository",
+            message: "this deployment has no repositories (MEMORY_REPOS_DIR)".into(),
+        })?;
         crate::repository::reader::check_relative(path).map_err(|e| crate::Error::validation(e.to_string()))?;
         let read_scopes = self.read_scopes(organization_id, agent_id).await?;
         if !read_scopes.contains(&Scope::Project) {
@@ -223,9 +223,10 @@ impl Retriever {
         let readable = store::memories::file_readable(&mut tx, &scope, project_id, path).await?;
         tx.commit().await?;
         if !readable || tools.excludes(path) {
-            return Err(crate::Error::Absent(format!(
-                "project {project_id} has no file {path} imported as memory you may read"
-            )));
+            return Err(crate::Error::NotFound {
+                kind: "file",
+                message: format!("project {project_id} has no file {path} imported as memory you may read"),
+            });
         }
         Ok(tools)
     }
