@@ -595,7 +595,7 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
 ) {
     use memory_core::{
         domain::NewMemory,
-        lifecycle::guarded::{self, Job, Outcome},
+        lifecycle::guarded::{self, Decider, Outcome},
     };
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
@@ -610,11 +610,12 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
     let locked = store::transitions::lock(&mut tx, org, &[public.id, private.id]).await.unwrap();
     let (a, b) = (&locked[0], &locked[1]);
     let merged = NewMemory::replacing(a, "both facts in one");
-    let merge = guarded::merge(&mut tx, Job::Dedup, &merged, a, b).await.unwrap();
+    let merge = guarded::merge(&mut tx, Decider::Dedup, &merged, a, b).await.unwrap();
     assert!(matches!(&merge, Outcome::Held(why) if why.starts_with("readership")), "{merge:?}");
-    let lowered = guarded::lower_confidence(&mut tx, Job::Contradiction, &private, &public, 0.1, "test").await.unwrap();
+    let lowered =
+        guarded::lower_confidence(&mut tx, Decider::Contradiction, &private, &public, 0.1, "test").await.unwrap();
     assert!(matches!(&lowered, Outcome::Held(why) if why.starts_with("readership")), "{lowered:?}");
-    let superseded = guarded::supersede(&mut tx, Job::Dedup, &private, &public, "test").await.unwrap();
+    let superseded = guarded::supersede(&mut tx, Decider::Dedup, &private, &public, "test").await.unwrap();
     assert!(matches!(superseded, Outcome::Held(_)));
     tx.commit().await.unwrap();
 

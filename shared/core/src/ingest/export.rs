@@ -157,7 +157,7 @@ pub async fn restore_history(
         };
         match (history.status, successor.and_then(|s| locked.iter().find(|m| m.id == s))) {
             (crate::domain::MemoryStatus::Superseded, Some(winner)) => {
-                let outcome = guarded::supersede(&mut tx, guarded::Job::Import, winner, current, "import").await?;
+                let outcome = guarded::supersede(&mut tx, guarded::Decider::Import, winner, current, "import").await?;
                 if matches!(outcome, guarded::Outcome::Held(_)) {
                     continue;
                 }

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::{
     Models, QUOTED_CHARS,
-    guarded::{self, Job},
+    guarded::{self, Decider},
     quoted, read_whole, unusable,
 };
 use crate::{
@@ -117,9 +117,10 @@ impl ContradictionDetector {
                 continue;
             }
             if new.confidence > SUPERSEDE_CONFIDENCE {
-                guarded::supersede(&mut tx, Job::Contradiction, &new, existing, "contradicted").await?;
+                guarded::supersede(&mut tx, Decider::Contradiction, &new, existing, "contradicted").await?;
             } else {
-                guarded::lower_confidence(&mut tx, Job::Contradiction, &new, existing, PENALTY, "contradicted").await?;
+                guarded::lower_confidence(&mut tx, Decider::Contradiction, &new, existing, PENALTY, "contradicted")
+                    .await?;
                 // The new memory pays too, but only for a memory that all its readers could read: its confidence
                 // must not reveal a memory hidden from them.
                 if forbids_lowering(existing, &new).is_none() {

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{
     Models, QUOTED_CHARS, earliest,
-    guarded::{self, Job, Outcome},
+    guarded::{self, Decider, Outcome},
     quoted, read_whole, unusable,
 };
 use crate::{
@@ -233,13 +233,13 @@ impl Deduper {
         };
         let (recorded, why) = match decision {
             DedupDecision::SupersedeA => {
-                recorded(decision, guarded::supersede(&mut tx, Job::Dedup, b, a, "dedup").await?)
+                recorded(decision, guarded::supersede(&mut tx, Decider::Dedup, b, a, "dedup").await?)
             }
             DedupDecision::SupersedeB => {
-                recorded(decision, guarded::supersede(&mut tx, Job::Dedup, a, b, "dedup").await?)
+                recorded(decision, guarded::supersede(&mut tx, Decider::Dedup, a, b, "dedup").await?)
             }
             DedupDecision::Merge => match merged {
-                Some(merged) => recorded(decision, guarded::merge(&mut tx, Job::Dedup, &merged, a, b).await?),
+                Some(merged) => recorded(decision, guarded::merge(&mut tx, Decider::Dedup, &merged, a, b).await?),
                 None => (DedupDecision::KeepBoth, forbids_merging(a, b).or_else(|| Some("merge not prepared".into()))),
             },
             DedupDecision::KeepBoth | DedupDecision::Deferred => (DedupDecision::KeepBoth, reason),

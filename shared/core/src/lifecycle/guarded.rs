@@ -13,16 +13,16 @@ use crate::{
     store::{self, transitions},
 };
 
-/// The job that decided (recorded with a held decision).
+/// Which job decided (recorded with a held decision).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Job {
+pub enum Decider {
     Dedup,
     Contradiction,
     /// A curated import restoring an export's history.
     Import,
 }
 
-impl Job {
+impl Decider {
     fn as_str(self) -> &'static str {
         match self {
             Self::Dedup => "dedup",
@@ -45,13 +45,13 @@ pub enum Outcome<T = ()> {
 /// trust allows it.
 pub async fn supersede(
     tx: &mut PgConnection,
-    job: Job,
+    decider: Decider,
     winner: &Memory,
     loser: &Memory,
     cause: &str,
 ) -> crate::Result<Outcome> {
     if let Some(why) = forbids_replacing(winner, loser) {
-        return hold(tx, job, "supersede", loser, winner, why).await;
+        return hold(tx, decider, "supersede", loser, winner, why).await;
     }
     transitions::supersede(&mut *tx, winner.organization_id, loser.id, winner.id, cause).await?;
     Ok(Outcome::Applied(()))
@@ -62,13 +62,13 @@ pub async fn supersede(
 /// merged trust replaces neither wrongly.
 pub async fn merge(
     tx: &mut PgConnection,
-    job: Job,
+    decider: Decider,
     merged: &NewMemory,
     a: &Memory,
     b: &Memory,
 ) -> crate::Result<Outcome<Memory>> {
     if let Some(why) = forbids_merging(a, b) {
-        return hold(tx, job, "merge", a, b, why).await;
+        return hold(tx, decider, "merge", a, b, why).await;
     }
     let org = a.organization_id;
     let created = transitions::create(&mut *tx, merged, &[a.id, b.id]).await?;
@@ -87,14 +87,14 @@ pub async fn merge(
 /// readers reach every reader of `target` and an untrusted memory is not lowering a verified one.
 pub async fn lower_confidence(
     tx: &mut PgConnection,
-    job: Job,
+    decider: Decider,
     actor: &Memory,
     target: &Memory,
     penalty: f64,
     cause: &str,
 ) -> crate::Result<Outcome> {
     if let Some(why) = forbids_lowering(actor, target) {
-        return hold(tx, job, "lower_confidence", target, actor, why).await;
+        return hold(tx, decider, "lower_confidence", target, actor, why).await;
     }
     let (org, lowered) = (target.organization_id, (target.confidence - penalty).max(0.0));
     transitions::change_confidence(&mut *tx, org, target.id, target.confidence, lowered, cause, &[actor.id]).await?;
@@ -104,15 +104,15 @@ pub async fn lower_confidence(
     Ok(Outcome::Applied(()))
 }
 
-/// Holds `action` of `job` on `memory` (because of `other`) for review.
+/// Holds `action` of `decider` on `memory` (because of `other`) for review.
 async fn hold<T>(
     tx: &mut PgConnection,
-    job: Job,
+    decider: Decider,
     action: &str,
     memory: &Memory,
     other: &Memory,
     why: String,
 ) -> crate::Result<Outcome<T>> {
-    store::review::hold(&mut *tx, memory.organization_id, job.as_str(), action, memory.id, other.id, &why).await?;
+    store::review::hold(&mut *tx, memory.organization_id, decider.as_str(), action, memory.id, other.id, &why).await?;
     Ok(Outcome::Held(why))
 }
