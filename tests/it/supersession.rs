@@ -3,7 +3,7 @@
 use integration_tests::{Db, memory};
 use memory_core::{
     domain::{Memory, MemoryStatus},
-    lifecycle::supersession,
+    retrieval::supersession,
     store,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

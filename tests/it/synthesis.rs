@@ -61,7 +61,7 @@ async fn promotions_at_once_queue_the_synthesis_their_mentions_make_due(opts: Pg
     // A check promoting the fourth, not committed yet.
     let mut first = store::begin_for_org(&db.app, org).await.unwrap();
     store::transitions::promote(&mut first, org, fourth).await.unwrap();
-    memory_core::entities::queue_due_syntheses(&mut first, org, &[fourth]).await.unwrap();
+    memory_core::due::queue_due_syntheses(&mut first, org, &[fourth]).await.unwrap();
     let commit_first = async {
         let waiting = lock_waiters(&db, 1).await;
         assert_eq!(waiting, 1, "the second promotion waits for the entity");
@@ -70,7 +70,7 @@ async fn promotions_at_once_queue_the_synthesis_their_mentions_make_due(opts: Pg
     let second = async {
         let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
         store::transitions::promote(&mut tx, org, fifth).await.unwrap();
-        memory_core::entities::queue_due_syntheses(&mut tx, org, &[fifth]).await.unwrap();
+        memory_core::due::queue_due_syntheses(&mut tx, org, &[fifth]).await.unwrap();
         tx.commit().await.unwrap();
     };
     tokio::join!(commit_first, second);

@@ -6,8 +6,8 @@
 
 pub mod config;
 pub mod db;
+pub mod due;
 pub mod embed;
-pub mod entities;
 pub mod error;
 #[cfg(test)]
 mod fuzz;

@@ -355,7 +355,7 @@ impl Ingestor {
             }
         }
         // Other candidates become due for synthesis when their checks promote them.
-        crate::entities::queue_due_syntheses(&mut tx, org, &activated).await?;
+        crate::due::queue_due_syntheses(&mut tx, org, &activated).await?;
         if near_duplicates {
             let job = DedupReviewJob::deferred(org);
             store::jobs::enqueue(&mut *tx, org, JobType::MemoryDedupReview, body(job)).await?;

@@ -37,8 +37,6 @@ pub const MAX_COSINE: f64 = 0.87;
 pub const SUPERSEDE_CONFIDENCE: f64 = 0.85;
 /// Confidence lost by each side of a contradiction.
 pub const PENALTY: f64 = 0.1;
-/// A new memory below this confidence is not promoted to active.
-pub const PROMOTION_CONFIDENCE: f64 = 0.2;
 /// The relation recorded for a pair whose model answer could not be used.
 const UNUSABLE: &str = "unusable";
 /// Pairs screened per check (one model call).
@@ -223,7 +221,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, char
     transitions::change_confidence(&mut *tx, org, new.id, new.confidence, confidence, "contradiction", charged).await?;
     store::memories::mark_checked(&mut *tx, org, new.id).await?;
     match new.status {
-        MemoryStatus::Candidate if confidence >= PROMOTION_CONFIDENCE => {
+        MemoryStatus::Candidate if confidence >= crate::domain::PROMOTION_CONFIDENCE => {
             transitions::promote(&mut *tx, org, new.id).await?;
             // A memory the model cannot read whole was compared with nothing: the promotion is held for a person.
             if !read_whole(new) {
@@ -232,10 +230,12 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, char
                 );
                 store::review::hold_unchecked_promotion(&mut *tx, org, new.id, &reason).await?;
             }
-            super::sweep::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
-            crate::entities::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
+            crate::due::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
+            crate::due::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;
         }
-        MemoryStatus::Active if confidence < PROMOTION_CONFIDENCE => transitions::demote(&mut *tx, org, new.id).await?,
+        MemoryStatus::Active if confidence < crate::domain::PROMOTION_CONFIDENCE => {
+            transitions::demote(&mut *tx, org, new.id).await?
+        }
         _ => {}
     }
     Ok(())

@@ -78,7 +78,7 @@ pub async fn merge(
     // The sources' other deferred pairs can no longer be reviewed (a source is superseded): the merged memory
     // takes them over.
     if store::dedup::carry_deferred(&mut *tx, org, &[a.id, b.id], created.id).await? > 0 {
-        super::sweep::queue_review_if_due(&mut *tx, org, Some(created.id)).await?;
+        crate::due::queue_review_if_due(&mut *tx, org, Some(created.id)).await?;
     }
     Ok(Outcome::Applied(created))
 }

@@ -1,5 +1,5 @@
-//! Background maintenance of memory: supersession chains, LLM dedup and merge, contradiction detection, entity
-//! synthesis and the file-backed freshness scan.
+//! Background maintenance of memory: LLM dedup and merge, contradiction detection, entity synthesis, forgetting
+//! and the file-backed freshness scan.
 //!
 //! Every job has the same shape: read (or lease) what it works on in a short transaction, commit, call the model
 //! under a timeout, then apply its decision in a short transaction that locks and re-checks the rows it changes.
@@ -12,7 +12,6 @@ pub mod dedup;
 pub mod file_scan;
 pub mod forget;
 pub mod guarded;
-pub mod supersession;
 pub mod sweep;
 pub mod synthesis;
 

@@ -12,11 +12,7 @@ use chrono::TimeDelta;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::contradiction::PROMOTION_CONFIDENCE;
-use crate::{
-    jobs::{DedupReviewJob, JobType},
-    store::{self, transitions, turns::Sweep},
-};
+use crate::store::{self, transitions, turns::Sweep};
 
 /// How long a candidate may wait for its contradiction check (`MEMORY_CANDIDATE_BOUND_MINUTES`): longer than SQS
 /// retries a failing check (five receives, each after a visibility timeout) before moving it to the DLQ.
@@ -46,7 +42,7 @@ pub async fn run(pool: &PgPool, candidate_bound: TimeDelta, organizations: i64) 
         let mut tx = store::begin_for_org(pool, organization_id).await?;
         // Promotion first: the promoted memories' pairs are then reviewable now.
         report.promoted_unchecked += promote_undecided(&mut tx, organization_id, candidate_bound).await?;
-        report.reviews_queued += usize::from(queue_review_if_due(&mut tx, organization_id, None).await?);
+        report.reviews_queued += usize::from(crate::due::queue_review_if_due(&mut tx, organization_id, None).await?);
         for id in store::memories::expired(&mut *tx, organization_id, EXPIRED_PER_RUN).await? {
             transitions::archive(&mut tx, organization_id, id, "expired").await?;
             report.archived_expired += 1;
@@ -79,23 +75,6 @@ async fn pack_postings(pool: &PgPool, organization_id: Uuid) -> u64 {
     packed
 }
 
-/// Queues a review of the organisation's deferred pairs when one of them (one of `memory`'s, if given) has both
-/// memories active and no review waits to be sent; returns whether it queued one.
-pub(crate) async fn queue_review_if_due(
-    tx: &mut sqlx::PgConnection,
-    organization_id: Uuid,
-    memory: Option<Uuid>,
-) -> crate::Result<bool> {
-    if !store::dedup::has_reviewable(&mut *tx, organization_id, memory).await?
-        || store::jobs::has_unsent(&mut *tx, organization_id, JobType::MemoryDedupReview).await?
-    {
-        return Ok(false);
-    }
-    let body = serde_json::to_value(DedupReviewJob::deferred(organization_id)).expect("a job serialises");
-    store::jobs::enqueue(&mut *tx, organization_id, JobType::MemoryDedupReview, body).await?;
-    Ok(true)
-}
-
 /// Decides the candidates that waited longer than `bound` for their contradiction check, by rule: promoted unchecked
 /// (the reason held for a person) when their confidence reaches the promotion confidence, kept a candidate (and
 /// marked checked) otherwise, as a check would.
@@ -119,7 +98,7 @@ async fn promote_undecided(
     let mut promoted = Vec::new();
     for (id, _) in still.into_iter().filter(|(id, _)| ids.contains(id)) {
         store::memories::mark_checked(&mut *tx, organization_id, id).await?;
-        let confident = locked.iter().any(|m| m.id == id && m.confidence >= PROMOTION_CONFIDENCE);
+        let confident = locked.iter().any(|m| m.id == id && m.confidence >= crate::domain::PROMOTION_CONFIDENCE);
         if !confident {
             continue;
         }
@@ -127,7 +106,7 @@ async fn promote_undecided(
         promoted.push(id);
         store::review::hold_unchecked_promotion(&mut *tx, organization_id, id, &reason).await?;
     }
-    crate::entities::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
+    crate::due::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
     Ok(promoted.len())
 }
 

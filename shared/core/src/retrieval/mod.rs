@@ -14,6 +14,7 @@ pub mod ranking;
 mod search;
 mod settings;
 pub mod stage1;
+pub mod supersession;
 pub mod taxonomy;
 pub mod time_anchor;
 mod types;
@@ -164,7 +165,7 @@ impl Retriever {
         let scope =
             ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
-        let chain = crate::lifecycle::supersession::chain(&mut tx, &scope, id).await?;
+        let chain = supersession::chain(&mut tx, &scope, id).await?;
         tx.commit().await?;
         Ok(chain)
     }

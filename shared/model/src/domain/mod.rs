@@ -337,6 +337,9 @@ pub fn content_hash(bytes: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(bytes))
 }
 
+/// The confidence from which a checked candidate becomes active (below it, it stays a candidate).
+pub const PROMOTION_CONFIDENCE: f64 = 0.2;
+
 /// Active mentions at which an entity's profiles are (re)synthesised, at every multiple.
 pub const MENTION_THRESHOLD: i64 = 5;
 
