@@ -54,6 +54,7 @@ pub fn app(state: AppState) -> Router {
         .nest_service("/mcp", mcp::service(state.clone()))
         .layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticated));
     routes::router()
+        .route("/openapi.json", axum::routing::get(openapi::openapi))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone())
         .merge(mcp)

@@ -27,7 +27,7 @@ use crate::{
     AppState,
     auth::Principal,
     error::ApiError,
-    routes::{catalogue::Tool as CatalogueTool, tools},
+    routes::catalogue::{self, Tool as CatalogueTool},
 };
 
 /// One MCP server per request (the transport is stateless), over the process's state.
@@ -102,7 +102,7 @@ impl ServerHandler for MemoryMcp {
             return Err(ErrorData::invalid_params(format!("no tool {:?}", request.name), None));
         }
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let result = match tools::call(&self.state, &principal, &request.name, arguments).await {
+        let result = match catalogue::call(&self.state, &principal, &request.name, arguments).await {
             Ok(answer) => {
                 let mut result = CallToolResult::success(vec![ContentBlock::text(answer.to_string())]);
                 result.structured_content = Some(answer);

@@ -1,5 +1,6 @@
 //! The OpenAPI 3.1 document, generated from the handler annotations and the types.
 
+use axum::Json;
 use utoipa::{
     Modify, OpenApi,
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
@@ -12,14 +13,14 @@ use crate::routes;
     info(title = "agent-memory retrieve API", description = "Memories worth putting into an agent's next prompt."),
     paths(
         routes::system::healthz,
-        routes::system::tools,
+        routes::catalogue::tools,
         routes::retrieve::retrieve,
         routes::retrieve::memory_query_tool,
         routes::tools::search_lexical,
         routes::tools::search_semantic,
         routes::tools::read_symbol,
         routes::tools::read_file_range,
-        routes::tools::call_by_name,
+        routes::catalogue::call_by_name,
         routes::search::search,
         routes::memories::get_memory,
         routes::memories::chain,
@@ -46,4 +47,9 @@ impl Modify for BearerAuth {
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
         );
     }
+}
+
+/// `GET /openapi.json`.
+pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
 }

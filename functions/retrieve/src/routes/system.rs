@@ -1,15 +1,12 @@
-//! Health, OpenAPI document and the agent tool catalogue.
+//! Health.
 
 use axum::{Json, extract::State};
 use serde::Serialize;
-use serde_json::Value;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
-use super::catalogue::Tool;
 use crate::{
     AppState,
     error::{ApiError, ErrorBody},
-    openapi::ApiDoc,
 };
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -27,29 +24,4 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiE
         ApiError::Unavailable("database unreachable".into())
     })?;
     Ok(Json(Health { status: "ok".into() }))
-}
-
-pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
-}
-
-/// The tools an agent can call.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ToolCatalogue {
-    pub tools: Vec<ToolDefinition>,
-}
-
-/// One tool: its name, what it is for, and the JSON schema of its input.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ToolDefinition {
-    pub name: String,
-    pub description: String,
-    #[schema(value_type = Object)]
-    pub input_schema: Value,
-}
-
-/// The native tools an agent can call, with their JSON input schemas; each is called with POST /v1/tools/{name}.
-#[utoipa::path(get, path = "/v1/tools", responses((status = 200, body = ToolCatalogue, description = "tool definitions")))]
-pub async fn tools() -> Json<ToolCatalogue> {
-    Json(ToolCatalogue { tools: Tool::ALL.into_iter().map(Tool::definition).collect() })
 }

@@ -1,23 +1,19 @@
 //! The agent tools (POST /v1/tools/{name}, and MCP's `tools/call`): `memory.query`, the keyword and vector
 //! strategies with the code filters (`search_lexical`, `search_semantic`), every strategy (`search`), a memory and
 //! its supersession chain (`get_memory`, `memory_chain`), and reads of a project's repository (`read_symbol`,
-//! `read_file_range`). [`call`] dispatches them all; each tool's input type is its JSON schema in `GET /v1/tools`.
+//! `read_file_range`). `catalogue::call` dispatches them all; each tool's input type is its JSON schema in
+//! `GET /v1/tools`.
 
-use axum::{
-    Json,
-    extract::{Path, State},
-};
+use axum::{Json, extract::State};
 use memory_core::{
     repository::tools::{FileRange, SymbolText},
     retrieval::{RetrievalRequest, SearchRequest, SearchResult, Strategy, fusion::Fusion},
     store::SearchFilters,
 };
 use serde::Deserialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::catalogue::Tool;
 use crate::{
     AppState,
     auth::Principal,
@@ -76,7 +72,7 @@ pub struct ReadFileRangeInput {
     pub end_line: u32,
 }
 
-async fn search_with(
+pub(crate) async fn search_with(
     state: &AppState,
     principal: &Principal,
     input: CodeSearchInput,
@@ -161,56 +157,4 @@ pub async fn read_file_range(
 ) -> Result<Json<FileRange>, ApiError> {
     let (org, agent, lines) = (principal.organization_id, principal.agent_id, (input.start_line, input.end_line));
     Ok(Json(state.retriever.read_file_range(org, agent, input.project_id, &input.path, lines).await?))
-}
-
-/// Calls the tool `name` of the catalogue with JSON `arguments` for `principal`: a tool's answer as JSON, or the
-/// error a REST call of it would answer (arguments of the wrong shape are a 422 naming the problem).
-pub async fn call(state: &AppState, principal: &Principal, name: &str, arguments: Value) -> Result<Value, ApiError> {
-    fn input<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ApiError> {
-        serde_json::from_value(arguments).map_err(|e| ApiError::Unprocessable(format!("arguments: {e}")))
-    }
-    fn answer(value: impl serde::Serialize) -> Result<Value, ApiError> {
-        serde_json::to_value(value).map_err(|e| ApiError::Internal(e.into()))
-    }
-    let (org, agent) = (principal.organization_id, principal.agent_id);
-    let tool =
-        Tool::parse(name).ok_or_else(|| ApiError::NotFound(format!("no tool {name:?}: GET /v1/tools lists them")))?;
-    match tool {
-        Tool::MemoryQuery => answer(super::retrieve::memory_query(state, principal, input(arguments)?).await?),
-        Tool::SearchLexical => answer(search_with(state, principal, input(arguments)?, Strategy::Keyword).await?),
-        Tool::SearchSemantic => answer(search_with(state, principal, input(arguments)?, Strategy::Vector).await?),
-        Tool::Search => answer(super::search::run(state, principal, input(arguments)?).await?),
-        Tool::GetMemory => answer(state.retriever.memory(org, agent, input::<MemoryIdInput>(arguments)?.id).await?),
-        Tool::MemoryChain => {
-            let id = input::<MemoryIdInput>(arguments)?.id;
-            let chain = state.retriever.supersession_chain(org, agent, id).await?;
-            answer(super::memories::SupersessionChain { memory_id: id, chain })
-        }
-        Tool::ReadSymbol => {
-            let i: ReadSymbolInput = input(arguments)?;
-            answer(state.retriever.read_symbol(org, agent, i.project_id, &i.path, &i.symbol).await?)
-        }
-        Tool::ReadFileRange => {
-            let i: ReadFileRangeInput = input(arguments)?;
-            answer(
-                state.retriever.read_file_range(org, agent, i.project_id, &i.path, (i.start_line, i.end_line)).await?,
-            )
-        }
-    }
-}
-
-/// Any tool of the catalogue by name (`search`, `get_memory`, `memory_chain`, and the tools with routes of their
-/// own): the arguments as the tool's input schema says.
-#[utoipa::path(
-    post, path = "/v1/tools/{name}", params(("name" = String, Path)), request_body = Object,
-    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
-    security(("bearer" = []))
-)]
-pub async fn call_by_name(
-    State(state): State<AppState>,
-    principal: Principal,
-    Path(name): Path<String>,
-    ApiJson(arguments): ApiJson<Value>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(call(&state, &principal, &name, arguments).await?))
 }

@@ -161,7 +161,7 @@ pub async fn forget_continued(
 }
 
 async fn follow_up(conn: &mut sqlx::PgConnection, organization_id: Uuid, request_id: Uuid) -> crate::Result<()> {
-    let body = serde_json::to_value(crate::ingest::ForgetRequest::continuing(organization_id, request_id))
+    let body = serde_json::to_value(memory_model::ingest::ForgetRequest::continuing(organization_id, request_id))
         .expect("a request serialises");
     store::jobs::enqueue(conn, organization_id, JobType::MemoryIngest, body).await?;
     Ok(())
