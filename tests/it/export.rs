@@ -247,7 +247,7 @@ async fn a_curated_import_restores_only_the_supersessions_the_rules_allow(opts: 
             .unwrap();
     assert_eq!(statuses, [(org_wide.into(), "active".into()), (private.into(), "active".into())]);
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1, "held for review: {held:?}");
     assert_eq!((held[0].job.as_str(), held[0].action.as_str()), ("import", "supersede"));
 }

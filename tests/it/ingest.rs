@@ -334,7 +334,7 @@ async fn a_candidate_too_long_to_check_is_promoted_with_the_promotion_held_for_a
 
     assert_eq!(statuses(&db, org).await, vec![(long.clone(), MemoryStatus::Active)]);
     let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", receipt.memory_ids[0]));
     assert!(held[0].reason.contains("without a contradiction check"), "{}", held[0].reason);
@@ -711,7 +711,7 @@ async fn an_untrusted_memory_claiming_high_confidence_cannot_supersede_or_lower_
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     let after = store::memories::get(&mut *tx, org, existing).await.unwrap().unwrap();
     assert_eq!((after.status, after.confidence), (MemoryStatus::Active, 0.7), "the unverified memory is untouched");
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("lower_confidence", existing));
     assert!(held[0].reason.starts_with("trust"), "{}", held[0].reason);

@@ -165,7 +165,7 @@ async fn a_private_memory_never_supersedes_an_org_memory(opts: PgPoolOptions, co
     assert!(reason.unwrap().starts_with("held for review: readership"));
 
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     let actions: Vec<(&str, &str)> = held.iter().map(|h| (h.job.as_str(), h.action.as_str())).collect();
     assert_eq!(actions, vec![("contradiction", "supersede"), ("dedup", "supersede")]);
     assert!(held.iter().all(|h| h.memory_id == org_wide.id && h.other_memory_id == private.id));
@@ -195,7 +195,7 @@ async fn an_untrusted_memory_never_lowers_a_verified_memorys_confidence(opts: Pg
     let new = reload(&db, org, untrusted.id).await;
     assert!((new.confidence - 0.4).abs() < 1e-9, "the contradicted newcomer still loses confidence");
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].action, "lower_confidence");
     assert!(held[0].reason.starts_with("trust"), "{}", held[0].reason);
@@ -623,7 +623,7 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
     let after = reload(&db, org, public.id).await;
     assert_eq!((after.status, after.confidence), (MemoryStatus::Active, public.confidence));
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     let actions: Vec<&str> = held.iter().map(|h| h.action.as_str()).collect();
     assert_eq!(actions, vec!["merge", "lower_confidence", "supersede"]);
 }

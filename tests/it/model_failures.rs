@@ -131,7 +131,7 @@ async fn a_candidate_whose_check_keeps_failing_is_promoted_unchecked_by_the_swee
         "decided once"
     );
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    let held = store::review::pending(&mut *tx, org).await.unwrap();
+    let held = store::held::pending(&mut *tx, org).await.unwrap();
     assert_eq!(held.len(), 1);
     assert_eq!((held[0].action.as_str(), held[0].memory_id), ("promote_unchecked", new.id));
 }
@@ -165,5 +165,5 @@ async fn a_check_that_finishes_while_the_sweep_waits_for_its_candidate_decides_i
     assert_eq!(report.unwrap().promoted_unchecked, 0, "decided by its check");
     assert_eq!(reload(&db, org, candidate.id).await.status, MemoryStatus::Active);
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
-    assert!(store::review::pending(&mut *tx, org).await.unwrap().is_empty(), "nothing held as promoted unchecked");
+    assert!(store::held::pending(&mut *tx, org).await.unwrap().is_empty(), "nothing held as promoted unchecked");
 }

@@ -224,7 +224,7 @@ async fn a_repository_imported_through_the_ingest_queue_is_active_without_a_chec
     let mut tx = store::begin_for_org(&s.db.admin, s.org).await.unwrap();
     assert!(store::jobs::unsent_counts(&mut *tx, s.org).await.unwrap().is_empty());
     assert_eq!(store::outbox::unpublished_count(&mut *tx, s.org).await.unwrap(), 0, "every event published");
-    assert!(store::review::pending(&mut *tx, s.org).await.unwrap().is_empty(), "nothing held for a person");
+    assert!(store::held::pending(&mut *tx, s.org).await.unwrap().is_empty(), "nothing held for a person");
     let pairs: i64 = sqlx::query_scalar("SELECT count(*) FROM memory_dedup_pair").fetch_one(&mut *tx).await.unwrap();
     assert_eq!(pairs, 0, "two chunks are two places, not duplicates");
     drop(tx);

@@ -377,7 +377,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Review { org } => {
             let pool = admin_pool()?;
             let mut tx = store::begin_for_org(&pool, org).await?;
-            for held in store::review::pending(&mut *tx, org).await? {
+            for held in store::held::pending(&mut *tx, org).await? {
                 let cause = match held.other_memory_id == held.memory_id {
                     true => String::new(),
                     false => format!(" (because of {})", held.other_memory_id),

@@ -199,7 +199,7 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
         let mut tx = store::begin_for_org(pool, org).await?;
         jobs += store::jobs::unsent_counts(&mut *tx, org).await?.iter().map(|(_, n)| n).sum::<i64>();
         events += store::outbox::unpublished_count(&mut *tx, org).await?;
-        held += store::review::pending(&mut *tx, org).await?.len();
+        held += store::held::pending(&mut *tx, org).await?.len();
         undecided += store::memories::undecided_candidates(&mut *tx, org, waited, i64::MAX).await?.len();
         let skipped = store::skipped::counts(&mut *tx, org).await?;
         if !skipped.is_empty() {

@@ -228,7 +228,7 @@ async fn settle(tx: &mut sqlx::PgConnection, new: &Memory, confidence: f64, char
                 let reason = format!(
                     "longer than a prompt quotes ({QUOTED_CHARS} characters): promoted without a contradiction check"
                 );
-                store::review::hold_unchecked_promotion(&mut *tx, org, new.id, &reason).await?;
+                store::held::hold_unchecked_promotion(&mut *tx, org, new.id, &reason).await?;
             }
             crate::due::queue_review_if_due(&mut *tx, org, Some(new.id)).await?;
             crate::due::queue_due_syntheses(&mut *tx, org, &[new.id]).await?;

@@ -113,6 +113,6 @@ async fn hold<T>(
     other: &Memory,
     why: String,
 ) -> crate::Result<Outcome<T>> {
-    store::review::hold(&mut *tx, memory.organization_id, decider.as_str(), action, memory.id, other.id, &why).await?;
+    store::held::hold(&mut *tx, memory.organization_id, decider.as_str(), action, memory.id, other.id, &why).await?;
     Ok(Outcome::Held(why))
 }

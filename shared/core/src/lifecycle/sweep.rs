@@ -104,7 +104,7 @@ async fn promote_undecided(
         }
         transitions::promote(&mut *tx, organization_id, id).await?;
         promoted.push(id);
-        store::review::hold_unchecked_promotion(&mut *tx, organization_id, id, &reason).await?;
+        store::held::hold_unchecked_promotion(&mut *tx, organization_id, id, &reason).await?;
     }
     crate::due::queue_due_syntheses(&mut *tx, organization_id, &promoted).await?;
     Ok(promoted.len())

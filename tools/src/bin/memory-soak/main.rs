@@ -505,7 +505,7 @@ async fn check_organization(
     totals.contradicted += world.supersessions.iter().filter(|s| s.2 == Replaced::Contradicted).count();
     totals.lowered += world.lowerings.len();
     totals.profiles += world.profiles.len();
-    totals.held += store::review::pending(&mut *tx, org).await?.len();
+    totals.held += store::held::pending(&mut *tx, org).await?.len();
     totals.leased += leased;
     totals.pairs +=
         count(&mut tx, "SELECT count(*) FROM memory_dedup_pair WHERE organization_id = $1 AND decision <> 'deferred'")
