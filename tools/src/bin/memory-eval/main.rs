@@ -4,32 +4,43 @@
 //! `metadata.created_at` / `metadata.asked_at` (RFC 3339) feed recency. Prints nDCG@10, Recall@5/10/25/50 and
 //! MRR@10 per strategy and can write TREC run files.
 
+mod cache;
+mod dataset;
+mod metrics;
+
 use std::{
     collections::{BTreeMap, HashMap},
-    io::{BufRead, Write},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Instant,
 };
 
 use anyhow::Context;
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use clap::Parser;
 use memory_core::{
-    embed::{EmbedError, Embedder, MiniLm},
-    ingest::{Admission, IngestBatch, IngestMemory, Ingestor, MAX_MEMORIES, VERSION},
+    embed::{Embedder, MiniLm},
+    ingest::{Admission, IngestBatch, Ingestor, MAX_MEMORIES, VERSION},
     retrieval::{
         RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion,
         ranking::RankingFormula,
     },
     store::SearchFilters,
 };
-use memory_tools::{scratch, stats};
-use serde::Deserialize;
+use memory_tools::scratch;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
+
+use crate::{
+    cache::DiskCachedEmbedder,
+    dataset::{RawDoc, RawQuery, as_memory, organization_of, project_of, read_jsonl, read_qrels},
+    metrics::Metrics,
+};
+
+/// `180d` (or `180`): a number of days.
+fn parse_days(text: &str) -> Result<chrono::Duration, String> {
+    let days: i64 = text.trim_end_matches('d').parse().map_err(|e| format!("{text:?}: {e}"))?;
+    Ok(chrono::Duration::days(days))
+}
 
 #[derive(Parser)]
 #[command(name = "memory-eval", about = "Retrieval quality of the memory service on a BEIR-layout dataset")]
@@ -66,218 +77,6 @@ struct Args {
     /// The model directory (default MEMORY_MODEL_DIR).
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
-}
-
-#[derive(Deserialize)]
-struct RawDoc {
-    #[serde(rename = "_id")]
-    id: String,
-    #[serde(default)]
-    title: String,
-    text: String,
-    #[serde(default)]
-    metadata: Metadata,
-}
-
-#[derive(Deserialize)]
-struct RawQuery {
-    #[serde(rename = "_id")]
-    id: String,
-    text: String,
-    #[serde(default)]
-    metadata: Metadata,
-}
-
-#[derive(Deserialize, Default)]
-struct Metadata {
-    group: Option<String>,
-    created_at: Option<DateTime<Utc>>,
-    asked_at: Option<DateTime<Utc>>,
-    /// A document's context (indexed and embedded with it, never returned).
-    context: Option<String>,
-    /// Where a chunk of code is: the document becomes a file-backed memory of its group's project, anchored there.
-    anchor: Option<DocAnchor>,
-}
-
-#[derive(Deserialize)]
-struct DocAnchor {
-    path: String,
-    symbol: String,
-    start_line: u32,
-    end_line: u32,
-}
-
-fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
-        .map(|(i, l)| serde_json::from_str(&l?).with_context(|| format!("{} line {}", path.display(), i + 1)))
-        .collect()
-}
-
-fn read_qrels(path: &Path) -> anyhow::Result<BTreeMap<String, HashMap<String, i32>>> {
-    let mut qrels: BTreeMap<String, HashMap<String, i32>> = BTreeMap::new();
-    for (i, line) in std::fs::read_to_string(path)?.lines().enumerate() {
-        let fields: Vec<&str> = line.split('\t').collect();
-        if i == 0 && fields.first() == Some(&"query-id") || line.trim().is_empty() {
-            continue;
-        }
-        anyhow::ensure!(fields.len() == 3, "{} line {}: expected query-id, corpus-id, score", path.display(), i + 1);
-        qrels.entry(fields[0].to_string()).or_default().insert(fields[1].to_string(), fields[2].trim().parse()?);
-    }
-    Ok(qrels)
-}
-
-/// `180d` (or `180`): a number of days.
-fn parse_days(text: &str) -> Result<chrono::Duration, String> {
-    let days: i64 = text.trim_end_matches('d').parse().map_err(|e| format!("{text:?}: {e}"))?;
-    Ok(chrono::Duration::days(days))
-}
-
-fn organization_of(group: Option<&str>) -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}", group.unwrap_or("default")).as_bytes())
-}
-
-/// The project a group's file-backed memories belong to; every query names it.
-fn project_of(group: Option<&str>) -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_OID, format!("memory-eval/{}/project", group.unwrap_or("default")).as_bytes())
-}
-
-/// The model with document embeddings cached on disk (records of sha256(text) followed by the vector), so a
-/// dataset is embedded once across runs.
-struct DiskCachedEmbedder {
-    model: Arc<MiniLm>,
-    path: PathBuf,
-    vectors: Mutex<HashMap<[u8; 32], Vec<f32>>>,
-}
-
-impl DiskCachedEmbedder {
-    fn open(model: Arc<MiniLm>, dir: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let dim = model.dimension();
-        let path = dir.join(format!("{}-{dim}.bin", model.model_id().replace('/', "_")));
-        let mut vectors = HashMap::new();
-        if let Ok(bytes) = std::fs::read(&path) {
-            for chunk in bytes.chunks_exact(32 + dim * 4) {
-                let key: [u8; 32] = chunk[..32].try_into()?;
-                let v = chunk[32..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-                vectors.insert(key, v);
-            }
-        }
-        Ok(Self { model, path, vectors: Mutex::new(vectors) })
-    }
-
-    fn key(text: &str) -> [u8; 32] {
-        Sha256::digest(text.as_bytes()).into()
-    }
-}
-
-#[async_trait]
-impl Embedder for DiskCachedEmbedder {
-    fn dimension(&self) -> usize {
-        self.model.dimension()
-    }
-
-    fn model_id(&self) -> &str {
-        self.model.model_id()
-    }
-
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let missing: Vec<String> = {
-            let vectors = self.vectors.lock().expect("cache lock");
-            texts.iter().filter(|t| !vectors.contains_key(&Self::key(t))).cloned().collect()
-        };
-        if !missing.is_empty() {
-            let embedded = self.model.embed(&missing).await?;
-            let write = |file: &mut std::fs::File, key: &[u8; 32], v: &[f32]| -> std::io::Result<()> {
-                file.write_all(key)?;
-                v.iter().try_for_each(|x| file.write_all(&x.to_le_bytes()))
-            };
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-                .map_err(|e| EmbedError::Inference(format!("embedding cache: {e}")))?;
-            let mut vectors = self.vectors.lock().expect("cache lock");
-            for (text, v) in missing.iter().zip(embedded) {
-                let key = Self::key(text);
-                write(&mut file, &key, &v).map_err(|e| EmbedError::Inference(format!("embedding cache: {e}")))?;
-                vectors.insert(key, v);
-            }
-        }
-        let vectors = self.vectors.lock().expect("cache lock");
-        Ok(texts.iter().map(|t| vectors[&Self::key(t)].clone()).collect())
-    }
-}
-
-/// One dataset document as an extraction service would hand it over: an organisation-wide semantic memory, or a
-/// chunk of code anchored in its file, as `memory-admin import-repo` stores it.
-fn as_memory(doc: &RawDoc) -> IngestMemory {
-    let content = if doc.title.is_empty() { doc.text.clone() } else { format!("{} {}", doc.title, doc.text) };
-    let mut memory = json!({
-        "content": content,
-        "memory_type": "semantic",
-        "scope": "org",
-        "created_at": doc.metadata.created_at,
-        "context": doc.metadata.context,
-        "provenance": {"source_kind": "run", "source_ref": doc.id, "trust_level": "unverified"},
-    });
-    if let Some(anchor) = &doc.metadata.anchor {
-        memory["scope"] = json!("project");
-        memory["project_id"] = json!(project_of(doc.metadata.group.as_deref()));
-        memory["file_path"] = json!(anchor.path);
-        memory["anchor"] =
-            json!({"symbol": anchor.symbol, "start_line": anchor.start_line, "end_line": anchor.end_line});
-    }
-    serde_json::from_value(memory).expect("a well-formed memory")
-}
-
-/// What one strategy reached on one dataset, averaged over its judged queries.
-#[derive(Clone, Copy, Default)]
-struct Metrics {
-    ndcg10: f64,
-    recall: [f64; 5],
-    mrr10: f64,
-}
-
-/// The depths Recall is reported at.
-const RECALL_DEPTHS: [usize; 5] = [1, 5, 10, 25, 50];
-
-impl Metrics {
-    fn of(ranked: &[String], relevant: &HashMap<String, i32>) -> Self {
-        Self {
-            ndcg10: stats::ndcg_at(ranked, relevant, 10),
-            recall: RECALL_DEPTHS.map(|k| stats::recall_at(ranked, relevant, k)),
-            mrr10: stats::mrr_at(ranked, relevant, 10),
-        }
-    }
-
-    fn add(&mut self, other: &Self) {
-        self.ndcg10 += other.ndcg10;
-        self.recall.iter_mut().zip(other.recall).for_each(|(s, v)| *s += v);
-        self.mrr10 += other.mrr10;
-    }
-
-    fn divided(mut self, n: f64) -> Self {
-        self.ndcg10 /= n;
-        self.recall.iter_mut().for_each(|s| *s /= n);
-        self.mrr10 /= n;
-        self
-    }
-
-    fn recall10(&self) -> f64 {
-        self.recall[2]
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let mut out = json!({"ndcg@10": self.ndcg10, "mrr@10": self.mrr10});
-        for (k, r) in RECALL_DEPTHS.iter().zip(self.recall) {
-            out[format!("recall@{k}")] = json!(r);
-        }
-        out
-    }
 }
 
 /// One dataset's results, strategies in the order run.
