@@ -13,7 +13,7 @@ use memory_core::{
         synthesis::EntitySynthesizer,
     },
     llm::{InvocationPurpose, ScriptedLlm},
-    store::{self, ScopeFilter},
+    store::{self, ReadFilter},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -116,7 +116,7 @@ async fn synthesis_over_two_agents_private_memories_produces_no_profile_the_othe
     assert_eq!(synthesis.profiles.len(), 2, "one profile per agent");
 
     for (reader, others_secret) in [(x, "y-secret"), (y, "x-secret")] {
-        let scope = ScopeFilter::for_audit(org, Scope::ALL.to_vec(), Some(reader));
+        let scope = ReadFilter::for_audit(org, Scope::ALL.to_vec(), Some(reader));
         let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
         let mut readable = 0;
         for profile in &synthesis.profiles {

@@ -10,7 +10,7 @@
 use integration_tests::{Db, memory};
 use memory_core::{
     domain::{Memory, MemoryStatus, Readership, Scope},
-    store::{self, ScopeFilter},
+    store::{self, ReadFilter},
 };
 use proptest::{
     prelude::*,
@@ -54,7 +54,7 @@ struct GeneratedMemory {
 struct Principal {
     second: bool,
     history: bool,
-    /// Reading by id or chain (`ScopeFilter::for_audit`).
+    /// Reading by id or chain (`ReadFilter::for_audit`).
     audit: bool,
     read_scopes: Vec<Scope>,
     agent: Option<Uuid>,
@@ -191,12 +191,12 @@ async fn disagreement(db: &Db, world: &World) -> (Option<String>, usize, usize) 
     let (mut checked, mut implications) = (0usize, 0usize);
     for p in principals {
         let org = orgs[usize::from(p.second)];
-        let mut filter = ScopeFilter::for_retrieval(org, p.read_scopes.clone(), p.agent, p.project, p.task, p.gate);
+        let mut filter = ReadFilter::for_retrieval(org, p.read_scopes.clone(), p.agent, p.project, p.task, p.gate);
         if p.history {
             filter = filter.with_history();
         }
         if p.audit {
-            filter = ScopeFilter::for_audit(org, p.read_scopes.clone(), p.agent);
+            filter = ReadFilter::for_audit(org, p.read_scopes.clone(), p.agent);
         }
         // Read under the principal's organisation, as every request is (RLS in force).
         let mut tx = store::begin_for_org(&db.app, org).await.unwrap();

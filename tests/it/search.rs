@@ -9,7 +9,7 @@ use memory_core::{
     lifecycle::{forget::ForgetSelector, sweep},
     retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
     store::{
-        self, ScopeFilter, SearchFilters,
+        self, ReadFilter, SearchFilters,
         branches::{BranchExtras, BranchRow},
         keyword::{Bm25, KeywordSearch},
     },
@@ -285,7 +285,7 @@ async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolO
 
 /// The keyword branch's search for "zephyr", five rows.
 /// The keyword branch's rows for "zephyr" (at most 5) under `scope`, scored with `bm25`.
-async fn zephyr_rows(db: &Db, scope: &ScopeFilter, bm25: Bm25) -> Vec<BranchRow> {
+async fn zephyr_rows(db: &Db, scope: &ReadFilter, bm25: Bm25) -> Vec<BranchRow> {
     let search = KeywordSearch {
         text_search_config: "memory_text",
         text: "zephyr",
@@ -319,7 +319,7 @@ async fn the_keyword_branch_reads_a_query_s_terms_within_its_posting_budget(
     for i in 0..20 {
         memory(org, &format!("the harbor crane {i} was serviced")).insert(&db).await;
     }
-    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
     let found = |posting_budget: usize, exact: bool| {
         let (db, scope) = (&db, &scope);
         async move {
@@ -376,7 +376,7 @@ async fn keyword_branch_finds_readable_matches_ranked_below_unreadable_ones(
     let far = memory(org, "zephyr delta epsilon theta iota").insert(&db).await;
 
     let scope =
-        ScopeFilter::for_retrieval(org, vec![Scope::Org, Scope::AgentPrivate], Some(Uuid::now_v7()), None, None, false);
+        ReadFilter::for_retrieval(org, vec![Scope::Org, Scope::AgentPrivate], Some(Uuid::now_v7()), None, None, false);
     let rows = zephyr_rows(&db, &scope, Bm25::default()).await;
     let ids: Vec<Uuid> = rows.iter().map(|r| r.memory.id).collect();
     assert_eq!(ids, vec![near.id, far.id]);
@@ -390,7 +390,7 @@ async fn keyword_scores_follow_the_configured_bm25_parameters(opts: PgPoolOption
     let org = Uuid::now_v7();
     let short = memory(org, "zephyr alpha").insert(&db).await;
     let long = memory(org, "zephyr beta gamma delta epsilon theta").insert(&db).await;
-    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
     let scores = async |b: f64| {
         let rows = zephyr_rows(&db, &scope, Bm25 { k1: 1.2, b }).await;
         let score = |id: Uuid| rows.iter().find(|r| r.memory.id == id).unwrap().keyword_score.unwrap();
@@ -517,7 +517,7 @@ async fn ingest_texts(db: &Db, org: Uuid, batch_id: &str, texts: &[String], firs
 /// The keyword branch against the row-wise reference for every query of [`VOCABULARY_QUERIES`], all matches
 /// returned: the same memories, and position by position the same score.
 async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
-    let scope = ScopeFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
     for text in VOCABULARY_QUERIES {
         let search = KeywordSearch {
             text_search_config: "memory_text",

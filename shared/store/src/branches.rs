@@ -5,7 +5,7 @@ use pgvector::Vector;
 use sqlx::{FromRow, PgConnection, Postgres, QueryBuilder};
 use uuid::Uuid;
 
-use super::{MEMORY_COLUMNS, ScopeFilter, SearchFilters};
+use super::{MEMORY_COLUMNS, ReadFilter, SearchFilters};
 use crate::domain::Memory;
 
 /// A memory found by a branch, with what the branch knows of its relevance.
@@ -63,7 +63,7 @@ pub(super) fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: BranchExt
 /// Nearest neighbours of `query` by cosine distance (HNSW), nearest first.
 pub async fn vector_branch(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     query: &Vector,
     rows: usize,
@@ -91,7 +91,7 @@ pub async fn vector_branch(
 /// Memories matching the filters, newest first, unscored (the `metadata` strategy).
 pub async fn metadata_branch(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     rows: usize,
 ) -> sqlx::Result<Vec<BranchRow>> {
@@ -115,7 +115,7 @@ pub struct GraphNeighbour {
 /// One hop of graph expansion: readable memories sharing an entity mention with any of `seeds`, the newest first.
 pub async fn entity_neighbours(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     seeds: &[Uuid],
     query: Option<&Vector>,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use sqlx::{PgConnection, PgExecutor, QueryBuilder};
 use uuid::Uuid;
 
-use super::{MEMORY_COLUMNS, ScopeFilter};
+use super::{MEMORY_COLUMNS, ReadFilter};
 use crate::domain::{Entity, EntityProfile, Memory};
 
 /// Adds an entity (or returns the existing one with that type and name).
@@ -266,7 +266,7 @@ struct ProfileRow {
 /// profile built from the most sources.
 pub async fn profiles_for(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     memory_ids: &[Uuid],
 ) -> sqlx::Result<Vec<EntityProfile>> {
     let mut qb = QueryBuilder::new(format!(

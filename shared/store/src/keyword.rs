@@ -13,7 +13,7 @@ use sqlx::{FromRow, PgConnection, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use super::{
-    ScopeFilter, SearchFilters,
+    ReadFilter, SearchFilters,
     branches::{BranchExtras, BranchRow, select_head},
 };
 
@@ -66,7 +66,7 @@ pub struct KeywordSearch<'a> {
 /// BM25 / (1 + BM25), in [0, 1).
 pub async fn keyword_branch(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<BranchRow>> {
@@ -201,7 +201,7 @@ fn rank(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
 /// (its phrases and -exclusions), in that order.
 async fn readable(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
     ranked: &[(Uuid, f64)],
@@ -234,7 +234,7 @@ fn push_tsquery(qb: &mut QueryBuilder<'_, Postgres>, search: &KeywordSearch<'_>)
 /// pass the filters and the tsquery's re-check (its phrases and -exclusions). The caller orders and limits them.
 fn push_matching_rows<'a>(
     qb: &mut QueryBuilder<'a, Postgres>,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
     ranking: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
@@ -256,7 +256,7 @@ fn push_matching_rows<'a>(
 /// on a large tenant's common terms).
 pub async fn keyword_branch_exact(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
 ) -> sqlx::Result<Vec<BranchRow>> {

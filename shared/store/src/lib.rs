@@ -27,7 +27,7 @@ use memory_model::{domain, language};
 use sqlx::{PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
 use uuid::Uuid;
 
-pub use predicates::{ScopeFilter, SearchFilters};
+pub use predicates::{ReadFilter, SearchFilters};
 
 /// The schema, embedded at build time from `migrations/`.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

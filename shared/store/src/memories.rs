@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use memory_model::jobs::FileCursor;
 
-use super::{MEMORY_COLUMNS, ScopeFilter};
+use super::{MEMORY_COLUMNS, ReadFilter};
 use crate::domain::{Anchor, Memory, NewMemory, TrustLevel};
 
 /// Inserts a memory and returns it as stored.
@@ -65,7 +65,7 @@ pub async fn all(executor: impl PgExecutor<'_>, organization_id: Uuid) -> sqlx::
 }
 
 /// A memory by id if the scope filter admits it (status, scope, sensitivity), else None.
-pub async fn get_readable(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid) -> sqlx::Result<Option<Memory>> {
+pub async fn get_readable(conn: &mut PgConnection, scope: &ReadFilter, id: Uuid) -> sqlx::Result<Option<Memory>> {
     let mut qb = QueryBuilder::new(format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE "));
     scope.push_sql(&mut qb);
     qb.push(" AND m.id = ").push_bind(id);
@@ -179,7 +179,7 @@ pub async fn scan_errors(
 /// such memory of it. Memories from other sources that merely name the file neither open nor hide it.
 pub async fn file_readable(
     conn: &mut PgConnection,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     project_id: Uuid,
     path: &str,
 ) -> sqlx::Result<bool> {
@@ -278,11 +278,7 @@ pub async fn record_scan(
 }
 
 /// Readable memories superseded by any of `ids`, newest first.
-pub async fn superseded_by_any(
-    conn: &mut PgConnection,
-    scope: &ScopeFilter,
-    ids: &[Uuid],
-) -> sqlx::Result<Vec<Memory>> {
+pub async fn superseded_by_any(conn: &mut PgConnection, scope: &ReadFilter, ids: &[Uuid]) -> sqlx::Result<Vec<Memory>> {
     let mut qb = QueryBuilder::new(format!("SELECT {MEMORY_COLUMNS} FROM memory m WHERE "));
     scope.push_sql(&mut qb);
     qb.push(" AND m.superseded_by = ANY(").push_bind(ids.to_vec()).push(") ORDER BY m.created_at DESC, m.id");

@@ -11,9 +11,9 @@ use crate::domain::{MemoryType, Scope};
 
 /// The hard predicate of Stage 1: which memories a principal may read at all. Built from the agent's
 /// `memory_read_scopes` (stored in the database, never taken from a request) and the principal's organisation, by
-/// the constructor of the operation that reads: [`ScopeFilter::for_retrieval`] or [`ScopeFilter::for_audit`].
+/// the constructor of the operation that reads: [`ReadFilter::for_retrieval`] or [`ReadFilter::for_audit`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct ScopeFilter {
+pub struct ReadFilter {
     organization_id: Uuid,
     read_scopes: Vec<Scope>,
     project_id: Option<Uuid>,
@@ -29,7 +29,7 @@ pub struct ScopeFilter {
     history: bool,
 }
 
-impl ScopeFilter {
+impl ReadFilter {
     /// Retrieval and search: active, unexpired memories in `read_scopes`, of the project and task the request names
     /// (project and task scopes admit nothing when it names none), without `restricted` ones behind the gate.
     pub fn for_retrieval(
@@ -273,8 +273,8 @@ impl SearchFilters {
 mod tests {
     use super::*;
 
-    fn filter(read_scopes: Vec<Scope>, gate: bool) -> ScopeFilter {
-        ScopeFilter {
+    fn filter(read_scopes: Vec<Scope>, gate: bool) -> ReadFilter {
+        ReadFilter {
             organization_id: Uuid::now_v7(),
             read_scopes,
             project_id: Some(Uuid::now_v7()),

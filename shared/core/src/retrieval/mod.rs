@@ -36,7 +36,7 @@ use crate::{
         exclude::Exclusions,
         tools::{FileRange, RepositoryTools, SymbolText},
     },
-    store::{self, ScopeFilter, branches::BranchExtras},
+    store::{self, ReadFilter, branches::BranchExtras},
 };
 
 /// Longest query accepted, in bytes.
@@ -138,16 +138,16 @@ impl Retriever {
         project_id: Option<Uuid>,
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
-    ) -> crate::Result<ScopeFilter> {
+    ) -> crate::Result<ReadFilter> {
         let read_scopes = self.read_scopes(organization_id, agent_id).await?;
-        Ok(ScopeFilter::for_retrieval(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
+        Ok(ReadFilter::for_retrieval(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
     }
 
     /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
     /// project or task its read scopes admit.
     pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
         let scope =
-            ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
+            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
         tx.commit().await?;
@@ -163,7 +163,7 @@ impl Retriever {
         id: Uuid,
     ) -> crate::Result<Vec<Memory>> {
         let scope =
-            ScopeFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
+            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let chain = supersession::chain(&mut tx, &scope, id).await?;
         tx.commit().await?;
@@ -219,7 +219,7 @@ impl Retriever {
         if !read_scopes.contains(&Scope::Project) {
             return Err(crate::Error::Forbidden("reading a project's repository needs the project read scope".into()));
         }
-        let scope = ScopeFilter::for_retrieval(organization_id, read_scopes, agent_id, Some(project_id), None, false);
+        let scope = ReadFilter::for_retrieval(organization_id, read_scopes, agent_id, Some(project_id), None, false);
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let readable = store::memories::file_readable(&mut tx, &scope, project_id, path).await?;
         tx.commit().await?;

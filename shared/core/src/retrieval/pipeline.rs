@@ -14,7 +14,7 @@ use super::{
     taxonomy::Taxonomy,
     time_anchor::{self, TimeAnchor},
 };
-use crate::store::{self, ScopeFilter, SearchFilters, branches::BranchExtras};
+use crate::store::{self, ReadFilter, SearchFilters, branches::BranchExtras};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
@@ -304,13 +304,13 @@ impl Retriever {
 
     /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one round
     /// trip.
-    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ScopeFilter, Taxonomy, bool)> {
+    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ReadFilter, Taxonomy, bool)> {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
         let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
         let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
         let read_scopes = super::read_scopes_of(agent, context.read_scopes);
-        let mut scope = ScopeFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
+        let mut scope = ReadFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
         if request.include_archive {
             scope = scope.with_history();
         }
@@ -346,7 +346,7 @@ impl Retriever {
     /// among the ranked memories are not repeated).
     async fn entity_profiles(
         &self,
-        scope: &ScopeFilter,
+        scope: &ReadFilter,
         profiled: &[Uuid],
         ranked: &[RankedMemory],
     ) -> crate::Result<Vec<crate::domain::EntityProfile>> {

@@ -93,7 +93,7 @@ impl Retriever {
     /// Adds memories that share entity mentions with the top hits, scored with a decay per hop.
     async fn expand_graph(
         &self,
-        scope: &store::ScopeFilter,
+        scope: &store::ReadFilter,
         request: &SearchRequest,
         query: Option<&pgvector::Vector>,
         hits: &mut Vec<SearchHit>,

@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use super::found::FoundSet;
 use super::fusion;
 use crate::store::{
-    self, ScopeFilter, SearchFilters,
+    self, ReadFilter, SearchFilters,
     branches::{BranchExtras, BranchRow},
     keyword::{Bm25, KeywordSearch},
 };
@@ -31,7 +31,7 @@ pub struct BranchSettings<'a> {
 /// Runs the branches and fuses them; the candidates come back best-fused first, ties by id.
 pub async fn gather(
     pool: &PgPool,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     text: &str,
     query: Option<&Vector>,
@@ -80,7 +80,7 @@ pub async fn gather(
 /// The vector branch in its own organisation-bound transaction, under the branch's time budget.
 pub async fn vector_branch(
     pool: &PgPool,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     query: &Vector,
     settings: &BranchSettings<'_>,
@@ -96,7 +96,7 @@ pub async fn vector_branch(
 /// timeout, and a deadline over the whole branch, which runs several statements and scores in process).
 pub async fn keyword_branch(
     pool: &PgPool,
-    scope: &ScopeFilter,
+    scope: &ReadFilter,
     filters: &SearchFilters,
     text: &str,
     query: Option<&Vector>,

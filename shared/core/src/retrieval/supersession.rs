@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::{
     domain::Memory,
-    store::{self, ScopeFilter},
+    store::{self, ReadFilter},
 };
 
 /// Hops followed before a chain is declared broken (a cycle or runaway chain).
@@ -31,7 +31,7 @@ pub async fn resolve(conn: &mut PgConnection, organization_id: Uuid, id: Uuid) -
 
 /// The chain through `id`, oldest first: the memories it (transitively) replaced, itself, and its successors,
 /// each readable under `scope`, at most [`MAX_HOPS`] in each direction.
-pub async fn chain(conn: &mut PgConnection, scope: &ScopeFilter, id: Uuid) -> crate::Result<Vec<Memory>> {
+pub async fn chain(conn: &mut PgConnection, scope: &ReadFilter, id: Uuid) -> crate::Result<Vec<Memory>> {
     let start =
         store::memories::get_readable(&mut *conn, scope, id).await?.ok_or(crate::Error::not_found("memory", id))?;
     let mut before = Vec::new();

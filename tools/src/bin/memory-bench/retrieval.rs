@@ -12,7 +12,7 @@ use memory_core::{
         taxonomy::Taxonomy,
     },
     store::{
-        self, ScopeFilter, SearchFilters,
+        self, ReadFilter, SearchFilters,
         branches::{BranchExtras, BranchRow},
     },
 };
@@ -281,7 +281,7 @@ pub async fn prewarm(admin: &PgPool) -> anyhow::Result<f64> {
 }
 
 /// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
-async fn raw_baseline(pool: &PgPool, scope: &ScopeFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
+async fn raw_baseline(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
     let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
     scope.push_sql(&mut qb);
