@@ -1,6 +1,6 @@
 //! The Model Context Protocol at `POST /mcp`: Streamable HTTP, stateless, JSON responses, so it runs behind API
 //! Gateway and Lambda without sessions (rmcp). Its tools are the catalogue of `GET /v1/tools`, with the same input
-//! schemas, dispatched by the same [`tools::call`]; a call is authenticated as the REST API's are (a missing or bad
+//! schemas, dispatched by the same [`catalogue::call`]; a call is authenticated as the REST API's are (a missing or bad
 //! token is a 401 before any MCP message is read), and a tool's client error (bad arguments, a missing symbol) is a
 //! tool result with `isError`, never a protocol error.
 

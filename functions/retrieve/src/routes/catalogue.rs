@@ -145,7 +145,7 @@ pub struct ToolDefinition {
 }
 
 /// The native tools an agent can call, with their JSON input schemas; each is called with POST /v1/tools/{name}.
-#[utoipa::path(get, path = "/v1/tools", responses((status = 200, body = ToolCatalogue, description = "tool definitions")))]
+#[utoipa::path(get, path = "/v1/tools", tag = "routes::system", responses((status = 200, body = ToolCatalogue, description = "tool definitions")))]
 pub async fn tools() -> Json<ToolCatalogue> {
     Json(ToolCatalogue { tools: Tool::ALL.into_iter().map(Tool::definition).collect() })
 }
@@ -193,7 +193,7 @@ pub async fn call(state: &AppState, principal: &Principal, name: &str, arguments
 /// Any tool of the catalogue by name (`search`, `get_memory`, `memory_chain`, and the tools with routes of their
 /// own): the arguments as the tool's input schema says.
 #[utoipa::path(
-    post, path = "/v1/tools/{name}", params(("name" = String, Path)), request_body = Object,
+    post, path = "/v1/tools/{name}", tag = "routes::tools", params(("name" = String, Path)), request_body = Object,
     responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = []))
 )]

@@ -26,14 +26,21 @@ pub async fn subscribe(sdk: &aws_config::SdkConfig, run: &str) -> anyhow::Result
     Ok(())
 }
 
-/// Every event the run's queue received, by outbox id: how many times each arrived.
-pub async fn delivered(sqs: &aws_sdk_sqs::Client, run: &str) -> anyhow::Result<HashMap<Uuid, usize>> {
+/// Every event the run's queue received, by outbox id: how many times each arrived. The subscription and its queue
+/// are removed.
+pub async fn delivered(sdk: &aws_config::SdkConfig, run: &str) -> anyhow::Result<HashMap<Uuid, usize>> {
+    let (sqs, events) = (aws_sdk_sqs::Client::new(sdk), aws_sdk_eventbridge::Client::new(sdk));
+    let bus = memory_core::config::required("MEMORY_EVENT_BUS")?;
+    let rule = format!("memory-soak-{run}");
+    events.remove_targets().rule(&rule).event_bus_name(&bus).ids("soak").send().await?;
+    events.delete_rule().name(&rule).event_bus_name(&bus).send().await?;
     let url = sqs.get_queue_url().queue_name(queue_name(run)).send().await?.queue_url.unwrap_or_default();
     let mut delivered = HashMap::new();
     loop {
         let received = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await?;
         let messages = received.messages.unwrap_or_default();
         if messages.is_empty() {
+            sqs.delete_queue().queue_url(&url).send().await?;
             return Ok(delivered);
         }
         for message in &messages {

@@ -4,8 +4,9 @@
 //! (every call dropped, the connection closed without an answer, until it ends: longer than the relay's call
 //! timeout, so the SDK's retries fail too), one is dropped alone, four are throttled (503 `ThrottlingException`,
 //! which the SDK retries) and two lose their answer (applied upstream, answered after [`LOST_FOR`], past the
-//! relay's timeout, so the caller sends it again). It also notes, from the calls that reached the queues, every
-//! message body a queue took and every one a consumer deleted (acknowledged, having applied it). `GET /__report`
+//! relay's timeout, so the relay sends it again; the workers' pollers, which wait longer, get it late). It also
+//! notes, from the calls that reached the queues, every job outbox row whose message a queue took and every one a
+//! consumer deleted (acknowledged, having applied it), by the message's `outbox_id` attribute. `GET /__report`
 //! answers both.
 
 use std::{
@@ -15,6 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aws_edge::relay::OUTBOX_ID;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response, body::Bytes, service::service_fn};
 use hyper_util::{
@@ -72,11 +74,14 @@ impl Operation {
 pub struct Report {
     /// Per operation, how many calls met each fault.
     pub faults: BTreeMap<String, BTreeMap<Fault, u64>>,
-    /// The bodies of the messages the queues took.
+    /// The job outbox rows (their `outbox_id` attribute) whose message a queue took.
     pub sent: BTreeSet<String>,
-    /// The bodies of the messages a consumer deleted.
+    /// The job outbox rows whose message a consumer deleted.
     pub acknowledged: BTreeSet<String>,
-    /// Per receipt handle, the body it was given for.
+    /// Per message id, the outbox row it was sent from.
+    #[serde(skip)]
+    rows: HashMap<String, String>,
+    /// Per receipt handle, the message it was given for.
     #[serde(skip)]
     receipts: HashMap<String, String>,
 }
@@ -178,14 +183,24 @@ impl Report {
         };
         let text = |value: &Value| value.as_str().map(String::from);
         match operation {
-            "AmazonSQS.SendMessage" => self.sent.extend(text(&request["MessageBody"])),
             "AmazonSQS.SendMessageBatch" => {
-                self.sent.extend(done(&request).iter().filter_map(|e| text(&e["MessageBody"])))
+                let rows: HashMap<String, String> = entries(&request, "Entries")
+                    .iter()
+                    .filter_map(|e| Some((text(&e["Id"])?, text(&e["MessageAttributes"][OUTBOX_ID]["StringValue"])?)))
+                    .collect();
+                for taken in entries(&answer, "Successful") {
+                    if let (Some(row), Some(message)) =
+                        (text(&taken["Id"]).and_then(|id| rows.get(&id)), text(&taken["MessageId"]))
+                    {
+                        self.sent.insert(row.clone());
+                        self.rows.insert(message, row.clone());
+                    }
+                }
             }
             "AmazonSQS.ReceiveMessage" => {
                 for message in entries(&answer, "Messages") {
-                    if let (Some(handle), Some(body)) = (text(&message["ReceiptHandle"]), text(&message["Body"])) {
-                        self.receipts.insert(handle, body);
+                    if let (Some(handle), Some(id)) = (text(&message["ReceiptHandle"]), text(&message["MessageId"])) {
+                        self.receipts.insert(handle, id);
                     }
                 }
             }
@@ -196,8 +211,9 @@ impl Report {
     }
 
     fn acknowledge(&mut self, entry: &Value) {
-        if let Some(body) = entry["ReceiptHandle"].as_str().and_then(|h| self.receipts.get(h)) {
-            self.acknowledged.insert(body.clone());
+        let message = entry["ReceiptHandle"].as_str().and_then(|h| self.receipts.get(h));
+        if let Some(row) = message.and_then(|m| self.rows.get(m)) {
+            self.acknowledged.insert(row.clone());
         }
     }
 }
