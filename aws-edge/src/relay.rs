@@ -1,13 +1,13 @@
 //! The AWS side of the outbox relay: every domain-event row becomes one event on the EventBridge bus, with source
 //! `agent-memory`, the event type as its detail type, and a detail carrying the outbox id for deduplication; every
-//! job row becomes one SQS message on its job type's queue.
+//! job row becomes one SQS message on its job type's queue, naming its row in the attribute `outbox_id`.
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_eventbridge::{Client, config::timeout::TimeoutConfig, primitives::DateTime, types::PutEventsRequestEntry};
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use memory_core::{
     config,
     db::PgPool,
@@ -62,7 +62,19 @@ impl EventSink for EventBridgeSink {
     }
 }
 
-/// Sends jobs to the queue of their job type.
+/// The message attribute naming the job outbox row a message was sent from (a job's body may repeat: the same
+/// entity's synthesis, the same review).
+pub const OUTBOX_ID: &str = "outbox_id";
+
+fn outbox_id(id: uuid::Uuid) -> MessageAttributeValue {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(id.to_string())
+        .build()
+        .expect("type and value set")
+}
+
+/// Sends jobs to the queue of their job type, each message naming its outbox row ([`OUTBOX_ID`]).
 pub struct SqsJobSink {
     client: aws_sdk_sqs::Client,
     queues: HashMap<JobType, String>,
@@ -107,6 +119,7 @@ impl JobSink for SqsJobSink {
                     SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
                         .message_body(jobs[i].body.to_string())
+                        .message_attributes(OUTBOX_ID, outbox_id(jobs[i].id))
                         .build()
                 })
                 .collect::<Result<Vec<_>, _>>()?;
