@@ -101,6 +101,11 @@ stop)
     stop retrieve
     "$ROOT/scripts/stack.sh" down
     ;;
+stop-services)
+    # The API and workers only; the stack stays up (make soak, when it ends).
+    stop workers
+    stop retrieve
+    ;;
 scan)
     load_stack_env
     local_env
@@ -138,7 +143,7 @@ token)
     admin token "${args[@]}"
     ;;
 *)
-    echo "usage: $0 start|stop|scan|events|import-repo ARGS|admin ARGS|psql|token ORG [AGENT] [SCOPE]" >&2
+    echo "usage: $0 start|stop|stop-services|scan|events|import-repo ARGS|admin ARGS|psql|token ORG [AGENT] [SCOPE]" >&2
     exit 2
     ;;
 esac

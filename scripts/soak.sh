@@ -26,10 +26,7 @@ fi
 "$CARGO_TARGET_DIR/debug/memory-soak" proxy --listen "$PROXY" --upstream "$AWS_ENDPOINT_URL" >"$ROOT/.local/soak-proxy.log" 2>&1 &
 proxy_pid=$!
 stop_all() {
-    for name in workers retrieve; do
-        if [[ -f "$ROOT/.local/$name.pid" ]]; then kill "$(cat "$ROOT/.local/$name.pid")" 2>/dev/null || true; fi
-        rm -f "$ROOT/.local/$name.pid"
-    done
+    "$ROOT/scripts/run.sh" stop-services >/dev/null 2>&1 || true
     kill "$proxy_pid" 2>/dev/null || true
 }
 trap stop_all EXIT
