@@ -311,259 +311,69 @@ async fn a_memory_with_its_embedding_and_a_paragraph_of_text_stays_whole_in_its_
     assert_eq!(toast_bytes, 0, "embeddings or text were moved to the TOAST table");
 }
 
-/// On a managed database the migrations' role owns the tables without BYPASSRLS, so forced row-level security hides
-/// every organisation's rows from it. Migration 0033 packs the postings written before it and marks them packed: run
-/// by such an owner, it must still list them all, or the keyword branch would never find those memories again.
+/// The schema is one baseline (`migrations/0001_baseline.sql`), dumped from the chain of migrations it replaced
+/// (kept in `tests/fixtures/migration-chain/`): both build the same schema, compared as `pg_dump --schema-only`
+/// gives it.
 #[sqlx::test(migrations = false)]
-async fn the_packing_migration_lists_every_organisations_postings_when_its_role_has_no_bypassrls(
+async fn the_baseline_builds_the_schema_the_migration_chain_built(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let chain = opts.clone().connect_with(conn.clone()).await.unwrap();
+    migration_chain().await.run(&chain).await.unwrap();
+    let name = format!("baseline_{}", Uuid::now_v7().simple());
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}")).execute(&chain).await.unwrap();
+    let baseline_conn = conn.clone().database(&name);
+    let baseline = opts.connect_with(baseline_conn.clone()).await.unwrap();
+    memory_core::store::migrate(&baseline, None).await.unwrap();
+    baseline.close().await;
+
+    let (from_chain, from_baseline) = (schema_dump(&conn), schema_dump(&baseline_conn));
+    sqlx::raw_sql(&format!("DROP DATABASE {name}")).execute(&chain).await.unwrap();
+    assert!(from_chain.contains("CREATE TABLE public.memory ("), "{from_chain}");
+    let first_difference = from_chain.lines().zip(from_baseline.lines()).find(|(a, b)| a != b);
+    assert_eq!(first_difference, None, "the dumps differ");
+    assert_eq!(from_chain.lines().count(), from_baseline.lines().count(), "the dumps differ in length");
+}
+
+/// A database the old chain migrated cannot take the baseline: migrating it fails, changing nothing, and says to
+/// recreate it.
+#[sqlx::test(migrations = false)]
+async fn migrating_a_database_of_the_replaced_chain_fails_and_says_to_recreate_it(
     opts: PgPoolOptions,
     conn: PgConnectOptions,
 ) {
-    let admin = opts.connect_with(conn).await.unwrap();
-    let (earlier, packing): (Vec<_>, Vec<_>) =
-        memory_core::store::MIGRATOR.iter().filter(|m| m.version <= 33).partition(|m| m.version < 33);
-    for migration in earlier {
-        sqlx::raw_sql(&migration.sql).execute(&admin).await.unwrap();
-    }
-    let org = Uuid::now_v7();
-    // Inserted as the schema before 0033 has it (today's insert names later columns).
-    let mut tx = memory_core::store::begin_for_org(&admin, org).await.unwrap();
-    sqlx::query(
-        "INSERT INTO memory (organization_id, id, scope, memory_type, content) \
-         VALUES ($1, gen_random_uuid(), 'org', 'semantic', 'kestrel osprey heron')",
-    )
-    .bind(org)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-
-    let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
-    let mut session = admin.acquire().await.unwrap();
-    hand_the_schema_to(&mut session, &owner).await;
-    sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", packing[0].sql)).execute(&mut *session).await.unwrap();
-    take_the_schema_back(&mut session, &owner).await;
-
-    let listed: Vec<String> =
-        sqlx::query_scalar("SELECT lexeme FROM memory_posting_list WHERE organization_id = $1 ORDER BY lexeme")
-            .bind(org)
-            .fetch_all(&admin)
-            .await
-            .unwrap();
-    assert_eq!(listed, ["heron", "kestrel", "osprey"]);
+    let pool = opts.connect_with(conn).await.unwrap();
+    migration_chain().await.run(&pool).await.unwrap();
+    let error = memory_core::store::migrate(&pool, None).await.unwrap_err().to_string();
+    assert!(error.contains("make clean"), "{error}");
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations").fetch_one(&pool).await.unwrap();
+    assert_eq!(applied, 36, "the ledger changed");
 }
 
-/// Migrations 0012, 0014 and 0030 built the keyword statistics and postings from `memory`, which forces row-level
-/// security: run by an owner without BYPASSRLS, as on a managed database, they read none of the memories already
-/// written. Migrated that way from before the statistics existed, a database must still end with postings and
-/// statistics that agree with its memories' text, and the packed lists read as the postings.
-#[sqlx::test(migrations = false)]
-async fn migrating_as_an_owner_without_bypassrls_leaves_the_keyword_index_as_the_memories_text_gives(
-    opts: PgPoolOptions,
-    conn: PgConnectOptions,
-) {
-    let (db, orgs) =
-        migrate_with_memories(opts, conn, Some(&format!("schema_owner_{}", Uuid::now_v7().simple()))).await;
-    assert_keyword_index_agrees_with_the_text(&db, orgs).await;
+/// The migrations the baseline replaced, as sqlx runs a directory of them.
+async fn migration_chain() -> sqlx::migrate::Migrator {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/migration-chain");
+    sqlx::migrate::Migrator::new(dir).await.unwrap()
 }
 
-/// Where the migrations' role read every row, the repair (0034) finds nothing to write: the postings 0033 packed
-/// stay packed, none is recorded gone, and the index agrees with the text.
-#[sqlx::test(migrations = false)]
-async fn migrating_as_the_superuser_leaves_the_keyword_repair_nothing_to_write(
-    opts: PgPoolOptions,
-    conn: PgConnectOptions,
-) {
-    let (db, orgs) = migrate_with_memories(opts, conn, None).await;
-    assert_keyword_index_agrees_with_the_text(&db, orgs).await;
-    let unpacked: (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM memory_posting WHERE NOT packed), (SELECT count(*) FROM memory_posting_gone)",
-    )
-    .fetch_one(&db.admin)
-    .await
-    .unwrap();
-    assert_eq!(unpacked, (0, 0), "postings the repair rewrote (tail, gone)");
-}
-
-/// Runs every migration on a new database, writing memories of two organisations before 0012 (before any keyword
-/// statistics or postings) and one before 0030 (before the code words); with `owner`, from 0012 on as that owner
-/// ([`hand_the_schema_to`]).
-async fn migrate_with_memories(opts: PgPoolOptions, conn: PgConnectOptions, owner: Option<&str>) -> (Db, [Uuid; 2]) {
-    let admin = opts.clone().connect_with(conn.clone()).await.unwrap();
-    let mut session = admin.acquire().await.unwrap();
-    let orgs = [Uuid::now_v7(), Uuid::now_v7()];
-    let write = |org: Uuid, content: &str| {
-        format!(
-            "BEGIN; SELECT set_config('app.organization_id', '{org}', true); \
-             INSERT INTO memory (organization_id, id, scope, memory_type, content) \
-             VALUES ('{org}', '{}', 'org', 'semantic', '{content}'); COMMIT",
-            Uuid::now_v7()
-        )
-    };
-    for migration in memory_core::store::MIGRATOR.iter() {
-        match migration.version {
-            12 => {
-                sqlx::raw_sql(&write(orgs[0], "The parseConfig helper reads auth_service settings"))
-                    .execute(&mut *session)
-                    .await
-                    .unwrap();
-                sqlx::raw_sql(&write(orgs[1], "kestrel osprey heron")).execute(&mut *session).await.unwrap();
-                if let Some(owner) = owner {
-                    hand_the_schema_to(&mut session, owner).await;
-                }
-            }
-            30 => {
-                sqlx::raw_sql(&write(orgs[1], "Call loadUserProfile from session_store"))
-                    .execute(&mut *session)
-                    .await
-                    .unwrap();
-            }
-            _ => {}
-        }
-        let sql = if migration.no_tx { migration.sql.to_string() } else { format!("BEGIN; {} COMMIT;", migration.sql) };
-        sqlx::raw_sql(&sql)
-            .execute(&mut *session)
-            .await
-            .unwrap_or_else(|e| panic!("migration {} as {owner:?}: {e}", migration.version));
-    }
-    if let Some(owner) = owner {
-        take_the_schema_back(&mut session, owner).await;
-    }
-    drop(session);
-    (Db::new(opts, conn).await, orgs)
-}
-
-/// Postings and BM25 statistics are what the memories' text gives, code words included, and the packed lists read as
-/// the postings.
-async fn assert_keyword_index_agrees_with_the_text(db: &Db, orgs: [Uuid; 2]) {
-    let differences: Vec<String> = sqlx::query_scalar(
-        "WITH expected AS (
-             SELECT m.organization_id, m.id AS memory_id, u.lexeme, greatest(cardinality(u.positions), 1) AS tf,
-                    length(m.content_tsv) AS doc_length
-             FROM memory m, unnest(m.content_tsv) u),
-         postings AS (SELECT organization_id, memory_id, lexeme, tf, doc_length FROM memory_posting),
-         terms AS (SELECT organization_id, lexeme, count(*) AS n FROM expected GROUP BY 1, 2),
-         term_stats AS (SELECT organization_id, lexeme, sum(doc_count)::bigint FROM memory_term_stats
-                        GROUP BY 1, 2 HAVING sum(doc_count) <> 0),
-         corpus AS (SELECT organization_id, count(*), sum(length(content_tsv))::bigint FROM memory GROUP BY 1),
-         corpus_stats AS (SELECT organization_id, doc_count, total_length FROM memory_corpus_totals)
-         SELECT 'posting ' || d::text FROM ((TABLE expected EXCEPT TABLE postings)
-                                          UNION ALL (TABLE postings EXCEPT TABLE expected)) d
-         UNION ALL
-         SELECT 'term ' || d::text FROM ((TABLE terms EXCEPT TABLE term_stats)
-                                       UNION ALL (TABLE term_stats EXCEPT TABLE terms)) d
-         UNION ALL
-         SELECT 'corpus ' || d::text FROM ((TABLE corpus EXCEPT TABLE corpus_stats)
-                                         UNION ALL (TABLE corpus_stats EXCEPT TABLE corpus)) d",
-    )
-    .fetch_all(&db.admin)
-    .await
-    .unwrap();
-    assert!(differences.is_empty(), "{differences:#?}");
-    let code_words: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM memory_posting WHERE lexeme IN ('authservic', 'sessionstor')")
-            .fetch_one(&db.admin)
-            .await
-            .unwrap();
-    assert_eq!(code_words, 2, "the code words' postings are missing");
-    for org in orgs {
-        assert_eq!(crate::search::postings_read_apart_from_truth(db, org).await, Vec::<String>::new());
-    }
-}
-
-/// Gives every table, view and function of the public schema (those of extensions apart) to a new role with neither
-/// SUPERUSER nor BYPASSRLS, as a managed database's owner is, and continues the session as it.
-async fn hand_the_schema_to(session: &mut sqlx::PgConnection, owner: &str) {
-    sqlx::raw_sql(&format!(
-        "CREATE ROLE {owner} NOSUPERUSER NOBYPASSRLS CREATEROLE;
-         GRANT CREATE ON SCHEMA public TO {owner};
-         DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {owner}', current_database()); END $$;
-         GRANT memory_app TO {owner} WITH ADMIN OPTION;
-         DO $$
-         DECLARE o record;
-         BEGIN
-             FOR o IN SELECT c.oid::regclass AS name FROM pg_class c
-                      WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'p')
-                        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'e')
-             LOOP
-                 EXECUTE format('ALTER TABLE %s OWNER TO {owner}', o.name);
-             END LOOP;
-             FOR o IN SELECT p.oid::regprocedure AS name FROM pg_proc p
-                      WHERE p.pronamespace = 'public'::regnamespace
-                        AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
-             LOOP
-                 EXECUTE format('ALTER ROUTINE %s OWNER TO {owner}', o.name);
-             END LOOP;
-         END $$;
-         SET ROLE {owner}"
-    ))
-    .execute(session)
-    .await
-    .unwrap();
-}
-
-/// Ends what [`hand_the_schema_to`] began: the session's own role again owns the schema, and the owner is dropped.
-async fn take_the_schema_back(session: &mut sqlx::PgConnection, owner: &str) {
-    sqlx::raw_sql(&format!(
-        "RESET ROLE; REASSIGN OWNED BY {owner} TO CURRENT_USER; DROP OWNED BY {owner}; DROP ROLE {owner}"
-    ))
-    .execute(session)
-    .await
-    .unwrap();
-}
-
-/// Migration 0036 deletes what forgetting used to leave in the keyword index (lists packed empty, statistics of
-/// words no memory holds, records of postings gone from lists that no longer exist), in every organisation when
-/// its role has no BYPASSRLS, and keeps the rows of words memories still hold.
-#[sqlx::test(migrations = false)]
-async fn the_forgetting_migration_deletes_the_keyword_rows_of_words_no_memory_holds(
-    opts: PgPoolOptions,
-    conn: PgConnectOptions,
-) {
-    let admin = opts.connect_with(conn).await.unwrap();
-    let (earlier, later): (Vec<_>, Vec<_>) =
-        memory_core::store::MIGRATOR.iter().filter(|m| m.version <= 36).partition(|m| m.version < 36);
-    for migration in earlier {
-        sqlx::raw_sql(&migration.sql).execute(&admin).await.unwrap();
-    }
-    let orgs = [Uuid::now_v7(), Uuid::now_v7()];
-    for org in orgs {
-        let mut tx = memory_core::store::begin_for_org(&admin, org).await.unwrap();
-        sqlx::query(
-            "INSERT INTO memory (organization_id, id, scope, memory_type, content) \
-             VALUES ($1, gen_random_uuid(), 'org', 'semantic', 'kestrel osprey')",
-        )
-        .bind(org)
-        .execute(&mut *tx)
-        .await
+/// `pg_dump --schema-only --no-owner` of the database `conn` names (the migration ledger left out), without the
+/// dump's per-run `\restrict` key.
+fn schema_dump(conn: &PgConnectOptions) -> String {
+    let bin = std::env::var("MEMORY_PG_BIN").expect("MEMORY_PG_BIN (.local/stack.env) names PostgreSQL's programs");
+    let url = format!(
+        "postgres://{}@{}:{}/{}",
+        conn.get_username(),
+        conn.get_host(),
+        conn.get_port(),
+        conn.get_database().unwrap()
+    );
+    let out = std::process::Command::new(format!("{bin}/pg_dump"))
+        .args(["--schema-only", "--no-owner", "--exclude-table=_sqlx_migrations", &url])
+        .output()
         .unwrap();
-        // What a forgotten "the train leaves on Thursdays" left: an empty list, statistics summing to zero in two
-        // shards, and a record of a posting gone from a list that is no more.
-        for sql in [
-            "INSERT INTO memory_posting_list (organization_id, lexeme, postings) VALUES ($1, 'thursday', ''::bytea)",
-            "INSERT INTO memory_term_stats (organization_id, lexeme, shard, doc_count) \
-             VALUES ($1, 'thursday', 90, 0), ($1, 'train', 90, 1), ($1, 'train', 91, -1)",
-            "INSERT INTO memory_posting_gone (organization_id, lexeme, memory_id) VALUES ($1, 'leav', gen_random_uuid())",
-        ] {
-            sqlx::query(sql).bind(org).execute(&mut *tx).await.unwrap();
-        }
-        tx.commit().await.unwrap();
-    }
-
-    let owner = format!("schema_owner_{}", Uuid::now_v7().simple());
-    let mut session = admin.acquire().await.unwrap();
-    hand_the_schema_to(&mut session, &owner).await;
-    sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", later[0].sql)).execute(&mut *session).await.unwrap();
-    take_the_schema_back(&mut session, &owner).await;
-
-    for org in orgs {
-        let words =
-            async |sql: &str| -> Vec<String> { sqlx::query_scalar(sql).bind(org).fetch_all(&admin).await.unwrap() };
-        let stats = "SELECT DISTINCT lexeme FROM memory_term_stats WHERE organization_id = $1 ORDER BY 1";
-        assert_eq!(words(stats).await, ["kestrel", "osprey"]);
-        assert!(words("SELECT lexeme FROM memory_posting_list WHERE organization_id = $1").await.is_empty());
-        assert!(words("SELECT lexeme FROM memory_posting_gone WHERE organization_id = $1").await.is_empty());
-        let postings = "SELECT DISTINCT lexeme FROM memory_posting WHERE organization_id = $1 ORDER BY 1";
-        assert_eq!(words(postings).await, ["kestrel", "osprey"], "the postings of words memories hold stay");
-    }
+    assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("\\restrict") && !l.starts_with("\\unrestrict"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

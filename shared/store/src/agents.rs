@@ -22,7 +22,7 @@ pub struct RetrievalContext {
 }
 
 /// The [`RetrievalContext`] of an organisation and agent, in one prepared round trip (it precedes every
-/// retrieval): `memory_retrieval_context` (migration 0018) sets the organisation for its own implicit transaction
+/// retrieval): `memory_retrieval_context` sets the organisation for its own implicit transaction
 /// and reads under RLS.
 pub async fn retrieval_context(
     pool: &PgPool,

@@ -1,6 +1,6 @@
 //! Per-tenant ANN indexes. A tenant's filter is selective on an HNSW index over every row (a tenant with 5% of
 //! the rows makes an iterative scan visit ~20 tuples per result, each checked against the heap), so every tenant
-//! above a size threshold gets a partial HNSW index of its own rows, and there is no shared one (migration 0017).
+//! above a size threshold gets a partial HNSW index of its own rows, and there is no shared one.
 //! Tenants without one are searched exactly (`store::begin_vector_search` turns index scans off for them), which
 //! is faster for them and exact. Index DDL needs the schema owner and runs outside a transaction (CONCURRENTLY),
 //! so this is an operator's job: `memory-admin ann-indexes`.
@@ -77,7 +77,7 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
 }
 
 async fn create_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
-    // The operator class and parameters the shared index had (migrations/0004, dropped by 0017).
+    // HNSW over cosine distance with pgvector's default build parameters.
     let sql = format!(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memory USING hnsw (embedding vector_cosine_ops) \
          WITH (m = 16, ef_construction = 64) WHERE organization_id = '{organization_id}'",

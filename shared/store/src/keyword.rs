@@ -1,7 +1,7 @@
 //! The keyword branch: exact BM25 over every posting of the query's terms, inside the scope predicate and the
 //! metadata filters.
 //!
-//! A term's postings are read whole as stored (migration 0033): its packed list less the packed postings deleted
+//! A term's postings are read whole as stored: its packed list less the packed postings deleted
 //! since, plus the tail written since. They are scored here rather than by PostgreSQL's executor, which costs about
 //! a microsecond a row; the best memories are then joined to `memory`, in rounds, until `rows` pass the scope, the
 //! filters and the tsquery's re-check. [`pack`] folds a tail into its list.

@@ -139,9 +139,31 @@ pub async fn set_app_password(pool: &PgPool, password: &str) -> sqlx::Result<()>
 /// Applies pending migrations, then gives a new database the embedding dimension asked for (see
 /// [`set_embedding_dimension`]).
 pub async fn migrate(pool: &PgPool, embedding_dimensions: Option<i32>) -> anyhow::Result<()> {
+    refuse_a_replaced_chain(pool).await?;
     MIGRATOR.run(pool).await?;
     if let Some(dimensions) = embedding_dimensions {
         set_embedding_dimension(pool, dimensions).await?;
+    }
+    Ok(())
+}
+
+/// Fails, naming what to do, on a database migrated by the chain of migrations the baseline (`0001_baseline.sql`)
+/// replaced: a migration it applied is not one of [`MIGRATOR`]'s.
+async fn refuse_a_replaced_chain(pool: &PgPool) -> anyhow::Result<()> {
+    let ledger: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(pool).await?;
+    if !ledger {
+        return Ok(()); // a new database
+    }
+    let applied: Vec<(i64, String)> =
+        sqlx::query_as("SELECT version, description FROM _sqlx_migrations").fetch_all(pool).await?;
+    let known = |(version, description): &(i64, String)| {
+        MIGRATOR.iter().any(|m| m.version == *version && m.description == *description)
+    };
+    if let Some((version, description)) = applied.iter().find(|m| !known(m)) {
+        anyhow::bail!(
+            "this database was migrated by the migrations the schema's baseline replaced (it applied {version} \
+             {description:?}); recreate it (`make clean`, then `make run`, on the local stack)"
+        );
     }
     Ok(())
 }

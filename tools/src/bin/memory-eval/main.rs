@@ -71,7 +71,7 @@ struct Args {
     /// Ask every question this much later than its `asked_at` (e.g. `180d`): how the modes' recency ages.
     #[arg(long, value_parser = parse_days)]
     asked_at_offset: Option<chrono::Duration>,
-    /// Index without code words (identifiers split and joined; migration 0030), to measure what they add.
+    /// Index without code words (identifiers split and joined), to measure what they add.
     #[arg(long)]
     without_code_words: bool,
     /// The model directory (default MEMORY_MODEL_DIR).
