@@ -617,6 +617,10 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
     assert!(matches!(&lowered, Outcome::Held(why) if why.starts_with("readership")), "{lowered:?}");
     let superseded = guarded::supersede(&mut tx, Decider::Dedup, &private, &public, "test").await.unwrap();
     assert!(matches!(superseded, Outcome::Held(_)));
+    let narrower = NewMemory::replacing(&private, "The API listens on port 8080, as my notes say");
+    let succeeded =
+        guarded::succeed(&mut tx, Decider::Synthesis, &narrower, &[], &public, "resynthesized").await.unwrap();
+    assert!(matches!(&succeeded, Outcome::Held(why) if why.starts_with("readership")), "{succeeded:?}");
     tx.commit().await.unwrap();
 
     assert_eq!(count(&db, org, "SELECT count(*) FROM memory WHERE organization_id = $1").await, 2, "nothing created");
@@ -625,7 +629,36 @@ async fn a_guarded_transition_holds_what_the_rules_forbid_whoever_calls_it(
     let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
     let held = store::held::pending(&mut *tx, org).await.unwrap();
     let actions: Vec<&str> = held.iter().map(|h| h.action.as_str()).collect();
-    assert_eq!(actions, vec!["merge", "lower_confidence", "supersede"]);
+    assert_eq!(actions, vec!["merge", "lower_confidence", "supersede", "succeed"]);
+}
+
+/// A new version (a profile rewritten, a chunk re-read from its changed file) replaces its predecessor whatever the
+/// two's trust: it is as trusted as what it was made from now, and holding it back would keep serving a version made
+/// from sources since gone.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_new_version_with_its_predecessors_readers_replaces_it_whatever_its_trust(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::{
+        domain::{NewMemory, TrustLevel},
+        lifecycle::guarded::{self, Decider, Outcome},
+    };
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let verified =
+        memory(org, "billing-api deploys with the blue-green script").trust(TrustLevel::Verified).insert(&db).await;
+
+    let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+    let previous = store::transitions::lock(&mut tx, org, &[verified.id]).await.unwrap().pop().unwrap();
+    let mut next = NewMemory::replacing(&previous, "billing-api deploys with the canary script");
+    next.provenance.trust_level = TrustLevel::Untrusted;
+    let outcome =
+        guarded::succeed(&mut tx, Decider::FileScan, &next, &[previous.id], &previous, "file_changed").await.unwrap();
+    tx.commit().await.unwrap();
+    let Outcome::Applied(created) = outcome else { panic!("held: {outcome:?}") };
+    let after = reload(&db, org, verified.id).await;
+    assert_eq!((after.status, after.superseded_by), (MemoryStatus::Superseded, Some(created.id)));
 }
 
 /// A merge hands the deferred pairs of its sources to the merged memory and queues their review: a pair whose

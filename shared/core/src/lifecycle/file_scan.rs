@@ -23,7 +23,10 @@ use crate::{
     domain::{Anchor, Memory, MemoryStatus, NewMemory, Scope, TrustLevel, content_hash},
     embed::Embedder,
     jobs::{FileCursor, FileScanJob, JobType},
-    lifecycle::embed_optional,
+    lifecycle::{
+        embed_optional,
+        guarded::{self, Decider},
+    },
     repository::{
         Chunk, FileReader, Language, blob_sha, chunk_file,
         reader::{FileReadError, is_blob_sha},
@@ -307,10 +310,17 @@ impl FileScanner {
             }
             Outcome::Replaced { .. } => {
                 let new = replacement.expect("a replacement was prepared");
-                let created = transitions::create(&mut tx, &new, &[id]).await?;
-                transitions::supersede(&mut tx, org, id, created.id, "file_changed").await?;
-                store::memories::record_scan(&mut *tx, org, created.id, now, true, None).await?;
-                report.replaced += 1;
+                match guarded::succeed(&mut tx, Decider::FileScan, &new, &[id], &current, "file_changed").await? {
+                    guarded::Outcome::Applied(created) => {
+                        store::memories::record_scan(&mut *tx, org, created.id, now, true, None).await?;
+                        report.replaced += 1;
+                    }
+                    guarded::Outcome::Held(why) => {
+                        store::memories::mark_file(&mut *tx, org, id, true, false, now).await?;
+                        store::memories::record_scan(&mut *tx, org, id, now, false, Some(&why)).await?;
+                        report.changed += 1;
+                    }
+                }
             }
             Outcome::Changed => {
                 store::memories::mark_file(&mut *tx, org, id, true, false, now).await?;

@@ -1,14 +1,16 @@
 //! The lifecycle decisions between two memories, each applying the readership and trust rules
 //! ([`crate::domain::readership`]) before it changes anything: a change the rules allow is made through
 //! [`crate::store::transitions`]; a forbidden one is held in `memory_held_decision` for a person, with the reason.
-//! Dedup and contradiction change other memories only through these, so neither can forget a rule.
+//! Dedup, contradiction, synthesis, the file scan and a curated import replace one memory by another only through
+//! these, so none can forget a rule. A transition of one memory alone (promotion, expiry, archiving a profile whose
+//! sources are gone or a chunk whose file is) decides nothing about another and goes to the store directly.
 
 use sqlx::PgConnection;
 
 use crate::{
     domain::{
         Memory, NewMemory,
-        readership::{forbids_lowering, forbids_merging, forbids_replacing},
+        readership::{forbids_lowering, forbids_merging, forbids_replacing, forbids_succeeding},
     },
     store::{self, transitions},
 };
@@ -20,6 +22,8 @@ pub enum Decider {
     Contradiction,
     /// A curated import restoring an export's history.
     Import,
+    Synthesis,
+    FileScan,
 }
 
 impl Decider {
@@ -28,6 +32,8 @@ impl Decider {
             Self::Dedup => "dedup",
             Self::Contradiction => "contradiction",
             Self::Import => "import",
+            Self::Synthesis => "synthesis",
+            Self::FileScan => "file_scan",
         }
     }
 }
@@ -55,6 +61,34 @@ pub async fn supersede(
     }
     transitions::supersede(&mut *tx, winner.organization_id, loser.id, winner.id, cause).await?;
     Ok(Outcome::Applied(()))
+}
+
+/// `next`, a new version of `previous` (locked by the caller), is created from `derived_from` and supersedes it, when
+/// it has exactly `previous`'s readers ([`forbids_succeeding`]); otherwise nothing is created and the change is held.
+pub async fn succeed(
+    tx: &mut PgConnection,
+    decider: Decider,
+    next: &NewMemory,
+    derived_from: &[uuid::Uuid],
+    previous: &Memory,
+    cause: &str,
+) -> crate::Result<Outcome<Memory>> {
+    if let Some(why) = forbids_succeeding(next, previous) {
+        store::held::hold(
+            &mut *tx,
+            previous.organization_id,
+            decider.as_str(),
+            "succeed",
+            previous.id,
+            previous.id,
+            &why,
+        )
+        .await?;
+        return Ok(Outcome::Held(why));
+    }
+    let created = transitions::create(&mut *tx, next, derived_from).await?;
+    transitions::supersede(&mut *tx, previous.organization_id, previous.id, created.id, cause).await?;
+    Ok(Outcome::Applied(created))
 }
 
 /// `merged`, written from `a` and `b` (both locked by the caller), replaces them: it is created with their tags

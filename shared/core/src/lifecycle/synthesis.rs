@@ -17,7 +17,11 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{Models, earliest, quoted, unusable};
+use super::{
+    Models, earliest,
+    guarded::{self, Decider},
+    quoted, unusable,
+};
 use crate::{
     domain::{
         EntityProfile, Memory, MemoryType, NewMemory, Readership, Scope, SourceKind,
@@ -171,17 +175,25 @@ impl EntitySynthesizer {
                 )));
             }
             let key = partition.readership.to_string();
-            let profile = transitions::create(&mut tx, &profile, &[]).await?;
             let previous = current.iter().find(|p| p.readership == key).map(|p| p.memory_id);
-            if let Some(previous) = previous {
-                let still_current = transitions::lock(&mut tx, organization_id, &[previous])
+            let replaced = match previous {
+                Some(previous) => transitions::lock(&mut tx, organization_id, &[previous])
                     .await?
                     .pop()
-                    .is_some_and(|m| m.status == crate::domain::MemoryStatus::Active);
-                if still_current {
-                    transitions::supersede(&mut tx, organization_id, previous, profile.id, "resynthesized").await?;
+                    .filter(|m| m.status == crate::domain::MemoryStatus::Active),
+                None => None,
+            };
+            let profile = match replaced {
+                Some(replaced) => {
+                    match guarded::succeed(&mut tx, Decider::Synthesis, &profile, &[], &replaced, "resynthesized")
+                        .await?
+                    {
+                        guarded::Outcome::Applied(profile) => profile,
+                        guarded::Outcome::Held(_) => continue,
+                    }
                 }
-            }
+                None => transitions::create(&mut tx, &profile, &[]).await?,
+            };
             let row = PartitionProfile {
                 readership: key.clone(),
                 memory_id: profile.id,

@@ -121,6 +121,16 @@ pub fn forbids_replacing(winner: &Memory, loser: &Memory) -> Option<String> {
     forbids_trust(winner.provenance.trust_level, loser.provenance.trust_level, "replace")
 }
 
+/// Why `next`, a new version of `previous` (a profile rewritten from its partition's current sources, a chunk re-read
+/// from its changed file), may not replace it; None when it may. A version must have exactly its predecessor's
+/// readers. Trust is not compared: a version is as trusted as what it was made from now, and holding it back would
+/// keep serving the predecessor, made from sources that may since be gone.
+pub fn forbids_succeeding(next: &NewMemory, previous: &Memory) -> Option<String> {
+    let (new, old) = (Readership::of_new(next), Readership::of(previous));
+    (!new.same_readers(&old))
+        .then(|| format!("readership: a new version of {} needs its readers ({new} vs {old})", previous.id))
+}
+
 /// Why `actor` may not lower `target`'s confidence; None when it may.
 pub fn forbids_lowering(actor: &Memory, target: &Memory) -> Option<String> {
     if !Readership::of(actor).reaches(&Readership::of(target)) {
