@@ -7,11 +7,15 @@ use memory_core::{
     domain::{MemoryType, Scope},
     ingest::{Admission, IngestBatch, Ingestor},
     lifecycle::{forget::ForgetSelector, sweep},
-    retrieval::{MatchKind, SearchRequest, Strategy, fusion::Fusion},
+    retrieval::{
+        MatchKind, SearchRequest, Strategy,
+        fusion::Fusion,
+        keyword::{self, Bm25},
+    },
     store::{
         self, ReadFilter, SearchFilters,
         branches::{BranchExtras, BranchRow},
-        keyword::{Bm25, KeywordSearch},
+        keyword::KeywordSearch,
     },
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -283,7 +287,6 @@ async fn keyword_postings_follow_text_edits_but_not_status_changes(opts: PgPoolO
     assert_eq!(left, 0);
 }
 
-/// The keyword branch's search for "zephyr", five rows.
 /// The keyword branch's rows for "zephyr" (at most 5) under `scope`, scored with `bm25`.
 async fn zephyr_rows(db: &Db, scope: &ReadFilter, bm25: Bm25) -> Vec<BranchRow> {
     let search = KeywordSearch {
@@ -292,11 +295,10 @@ async fn zephyr_rows(db: &Db, scope: &ReadFilter, bm25: Bm25) -> Vec<BranchRow> 
         query: None,
         rows: 5,
         extras: BranchExtras::NONE,
-        bm25,
         posting_budget: store::keyword::POSTING_BUDGET,
     };
     let mut tx = store::begin_keyword_search(&db.app, scope.organization_id(), 5_000).await.unwrap();
-    let rows = store::keyword::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search).await.unwrap();
+    let rows = keyword::keyword_branch(&mut tx, scope, &SearchFilters::default(), &search, bm25).await.unwrap();
     tx.commit().await.unwrap();
     rows
 }
@@ -320,6 +322,7 @@ async fn the_keyword_branch_reads_a_query_s_terms_within_its_posting_budget(
         memory(org, &format!("the harbor crane {i} was serviced")).insert(&db).await;
     }
     let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let bm25 = Bm25::default();
     let found = |posting_budget: usize, exact: bool| {
         let (db, scope) = (&db, &scope);
         async move {
@@ -329,15 +332,16 @@ async fn the_keyword_branch_reads_a_query_s_terms_within_its_posting_budget(
                 query: None,
                 rows: 100,
                 extras: BranchExtras::NONE,
-                bm25: Bm25::default(),
                 posting_budget,
             };
             let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
             let filters = SearchFilters::default();
             let rows = if exact {
-                store::keyword::keyword_branch_exact(&mut tx, scope, &filters, &search).await.unwrap()
+                store::keyword::keyword_branch_exact(&mut tx, scope, &filters, &search, (bm25.k1, bm25.b))
+                    .await
+                    .unwrap()
             } else {
-                store::keyword::keyword_branch(&mut tx, scope, &filters, &search).await.unwrap()
+                keyword::keyword_branch(&mut tx, scope, &filters, &search, bm25).await.unwrap()
             };
             tx.commit().await.unwrap();
             let mut ids: Vec<Uuid> = rows.into_iter().map(|r| r.memory.id).collect();
@@ -525,7 +529,6 @@ async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
             query: None,
             rows: 1_000,
             extras: BranchExtras::NONE,
-            bm25: Bm25::default(),
             posting_budget: store::keyword::POSTING_BUDGET,
         };
         let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
@@ -533,8 +536,11 @@ async fn assert_branch_matches_reference(db: &Db, org: Uuid) {
             rows.into_iter().map(|r| (r.memory.id, r.keyword_score.unwrap())).collect()
         };
         let filters = SearchFilters::default();
-        let branch = scored(store::keyword::keyword_branch(&mut tx, &scope, &filters, &search).await.unwrap());
-        let reference = scored(store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search).await.unwrap());
+        let bm25 = Bm25::default();
+        let branch = scored(keyword::keyword_branch(&mut tx, &scope, &filters, &search, bm25).await.unwrap());
+        let reference = scored(
+            store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search, (bm25.k1, bm25.b)).await.unwrap(),
+        );
         tx.commit().await.unwrap();
         assert!(branch.len() > 3, "{text:?} matches several memories");
         assert_eq!(branch.len(), reference.len(), "{text:?}");

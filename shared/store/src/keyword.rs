@@ -1,12 +1,12 @@
-//! The keyword branch: exact BM25 over every posting of the query's terms, inside the scope predicate and the
-//! metadata filters.
+//! The keyword branch's reads: each query term's weight and postings ([`term_postings`]), and the memories of a
+//! ranking the caller may read ([`readable`]); `memory_core::retrieval::keyword` scores the postings (BM25) and
+//! joins the best to `memory` in rounds.
 //!
-//! A term's postings are read whole as stored: its packed list less the packed postings deleted
-//! since, plus the tail written since. They are scored here rather than by PostgreSQL's executor, which costs about
-//! a microsecond a row; the best memories are then joined to `memory`, in rounds, until `rows` pass the scope, the
-//! filters and the tsquery's re-check. [`pack`] folds a tail into its list.
+//! A term's postings are read whole as stored: its packed list less the packed postings deleted since, plus the
+//! tail written since; scoring them in process costs far less than PostgreSQL's executor, about a microsecond a
+//! row. [`pack`] folds a tail into its list.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use pgvector::Vector;
 use sqlx::{FromRow, PgConnection, PgPool, Postgres, QueryBuilder};
@@ -23,28 +23,6 @@ pub const MAX_QUERY_TERMS: usize = 32;
 /// together stay within it (the rarest always), and a commoner term beyond it is not scored. Binds only on a large
 /// tenant's common words, the terms that weigh least in BM25; the ranking is exact over the terms taken.
 pub const POSTING_BUDGET: usize = 500_000;
-/// BM25's term-frequency saturation (k1) and length normalisation (b).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bm25 {
-    pub k1: f64,
-    pub b: f64,
-}
-
-impl Default for Bm25 {
-    /// Anserini's defaults. Over the textbook 1.2 / 0.75 the modes gain on both evaluation sets, most on short
-    /// conversational memories (docs/decisions.md).
-    fn default() -> Self {
-        Self { k1: 0.9, b: 0.4 }
-    }
-}
-
-impl Bm25 {
-    /// The score one term adds to a memory holding it `tf` times in `length` lexemes.
-    fn weight(self, idf: f64, tf: f64, length: f64, average_length: f64) -> f64 {
-        idf * tf * (self.k1 + 1.0) / (tf + self.k1 * (1.0 - self.b + self.b * length / average_length))
-    }
-}
-
 /// What the keyword branch searches for.
 #[derive(Debug, Clone, Copy)]
 pub struct KeywordSearch<'a> {
@@ -56,45 +34,59 @@ pub struct KeywordSearch<'a> {
     /// Rows returned.
     pub rows: usize,
     pub extras: BranchExtras,
-    pub bm25: Bm25,
     /// Postings read at most ([`POSTING_BUDGET`]).
     pub posting_budget: usize,
 }
 
-/// Full-text matches of `text` (any of its terms and phrases; -exclusions honoured) that hold one of its selective
-/// terms, ranked by BM25 with the organisation's term statistics, best first (ties by id). `keyword_score` is
-/// BM25 / (1 + BM25), in [0, 1).
-pub async fn keyword_branch(
-    conn: &mut PgConnection,
-    scope: &ReadFilter,
-    filters: &SearchFilters,
-    search: &KeywordSearch<'_>,
-) -> sqlx::Result<Vec<BranchRow>> {
-    let terms = term_postings(&mut *conn, scope.organization_id(), search).await?;
-    let ranked = rank(&terms, search.bm25);
-    // Half of a tenant is typically unreadable to one caller; filters may reject far more, so each round doubles.
-    let (mut found, mut rest, mut round) = (Vec::new(), ranked.as_slice(), 4 * search.rows.max(1));
-    while found.len() < search.rows && !rest.is_empty() {
-        let (batch, after) = rest.split_at(round.min(rest.len()));
-        found.extend(readable(&mut *conn, scope, filters, search, batch, search.rows - found.len()).await?);
-        (rest, round) = (after, 2 * round);
-    }
-    Ok(found)
-}
-
-/// One query term as the branch scores it: its weight, and its postings as stored.
+/// One query term: its weight, and its postings as stored.
 #[derive(FromRow)]
-struct TermPostings {
-    idf: f64,
+pub struct TermPostings {
+    pub idf: f64,
     /// A memory must hold one of the query's selective terms to be found.
-    selective: bool,
-    average_length: f64,
+    pub selective: bool,
+    pub average_length: f64,
     /// The list as last packed, [`POSTING_BYTES`] a posting.
     packed: Option<Vec<u8>>,
     /// Postings written since, in the same layout.
     tail: Option<Vec<u8>>,
     /// Memories whose packed posting was deleted since, 16 bytes each.
     gone: Option<Vec<u8>>,
+}
+
+impl TermPostings {
+    /// The term's postings now, as (memory, tf, length): the packed list less what is gone, then the tail.
+    pub fn postings(&self) -> impl Iterator<Item = (Uuid, f64, f64)> + '_ {
+        let gone: HashSet<Uuid, foldhash::fast::FixedState> =
+            self.gone.as_deref().unwrap_or_default().chunks_exact(16).map(uuid).collect();
+        let packed = postings(self.packed.as_deref().unwrap_or_default()).filter(move |(id, ..)| !gone.contains(id));
+        packed.chain(postings(self.tail.as_deref().unwrap_or_default()))
+    }
+
+    /// A term of these postings (the store's layout), for tests of the scoring.
+    pub fn of(
+        idf: f64,
+        selective: bool,
+        average_length: f64,
+        packed: &[(Uuid, u32, u32)],
+        tail: &[(Uuid, u32, u32)],
+        gone: &[Uuid],
+    ) -> Self {
+        let pack = |ps: &[(Uuid, u32, u32)]| {
+            Some(
+                ps.iter()
+                    .flat_map(|&(id, tf, l)| [id.as_bytes().as_slice(), &tf.to_be_bytes(), &l.to_be_bytes()].concat())
+                    .collect(),
+            )
+        };
+        Self {
+            idf,
+            selective,
+            average_length,
+            packed: pack(packed),
+            tail: pack(tail),
+            gone: Some(gone.iter().flat_map(|id| id.as_bytes().to_vec()).collect()),
+        }
+    }
 }
 
 /// A packed posting: the memory id, then its tf and length (int4, big-endian).
@@ -111,7 +103,7 @@ fn uuid(bytes: &[u8]) -> Uuid {
 
 /// The query's terms (at most [`MAX_QUERY_TERMS`] within the posting budget, the rarest, the most telling, first)
 /// with their postings.
-async fn term_postings(
+pub async fn term_postings(
     conn: &mut PgConnection,
     organization_id: Uuid,
     search: &KeywordSearch<'_>,
@@ -175,31 +167,9 @@ fn push_weights(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, sear
     );
 }
 
-/// The memories holding a selective term, by BM25 over every posting of `terms`, best first (ties by id).
-fn rank(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
-    let mut scores: HashMap<Uuid, f64, foldhash::fast::FixedState> = HashMap::default();
-    // The selective terms find the memories; the others only add to their scores.
-    for term in terms.iter().filter(|t| t.selective).chain(terms.iter().filter(|t| !t.selective)) {
-        let gone: HashSet<Uuid, foldhash::fast::FixedState> =
-            term.gone.as_deref().unwrap_or_default().chunks_exact(16).map(uuid).collect();
-        let packed = postings(term.packed.as_deref().unwrap_or_default()).filter(|(id, ..)| !gone.contains(id));
-        for (id, tf, length) in packed.chain(postings(term.tail.as_deref().unwrap_or_default())) {
-            let weight = bm25.weight(term.idf, tf, length, term.average_length);
-            if term.selective {
-                *scores.entry(id).or_default() += weight;
-            } else if let Some(score) = scores.get_mut(&id) {
-                *score += weight;
-            }
-        }
-    }
-    let mut ranked: Vec<(Uuid, f64)> = scores.into_iter().collect();
-    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked
-}
-
 /// Of `ranked` (best first), the first `rows` the caller may read that pass the filters and the tsquery's re-check
 /// (its phrases and -exclusions), in that order.
-async fn readable(
+pub async fn readable(
     conn: &mut PgConnection,
     scope: &ReadFilter,
     filters: &SearchFilters,
@@ -251,28 +221,28 @@ fn push_matching_rows<'a>(
     filters.push_sql(qb);
 }
 
-/// [`keyword_branch`]'s ranking computed by PostgreSQL's executor from `memory_posting`, the postings' source of
-/// truth, one row per posting: the reference the benchmark and the tests hold the branch to (several times slower
-/// on a large tenant's common terms).
+/// The keyword branch's ranking (BM25 with saturation `k1` and length normalisation `b`) computed by PostgreSQL's
+/// executor from `memory_posting`, the postings' source of truth, one row per posting: the reference the benchmark
+/// and the tests hold the branch to (several times slower on a large tenant's common terms).
 pub async fn keyword_branch_exact(
     conn: &mut PgConnection,
     scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
+    (k1, b): (f64, f64),
 ) -> sqlx::Result<Vec<BranchRow>> {
-    let bm25 = search.bm25;
     let mut qb = QueryBuilder::new("");
     push_weights(&mut qb, scope.organization_id(), search);
     qb.push(", ");
     push_tsquery(&mut qb, search);
     qb.push(", ranked AS (SELECT p.memory_id, sum(w.idf * p.tf * ")
-        .push_bind(bm25.k1 + 1.0)
+        .push_bind(k1 + 1.0)
         .push("::float8 / (p.tf + ")
-        .push_bind(bm25.k1)
+        .push_bind(k1)
         .push("::float8 * (")
-        .push_bind(1.0 - bm25.b)
+        .push_bind(1.0 - b)
         .push("::float8 + ")
-        .push_bind(bm25.b)
+        .push_bind(b)
         // Each term's postings read by their own index scan (OFFSET 0 keeps the planner from turning the terms into
         // one join over the tenant's postings), as the branch read them before they were packed.
         .push(
@@ -417,48 +387,4 @@ pub async fn drop_unheld(
     }
     tx.commit().await?;
     Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn posting(id: Uuid, tf: u32, length: u32) -> Vec<u8> {
-        [id.as_bytes().as_slice(), &tf.to_be_bytes(), &length.to_be_bytes()].concat()
-    }
-
-    fn term(
-        idf: f64,
-        selective: bool,
-        packed: &[(Uuid, u32, u32)],
-        tail: &[(Uuid, u32, u32)],
-        gone: &[Uuid],
-    ) -> TermPostings {
-        let pack = |ps: &[(Uuid, u32, u32)]| Some(ps.iter().flat_map(|&(id, tf, l)| posting(id, tf, l)).collect());
-        TermPostings {
-            idf,
-            selective,
-            average_length: 10.0,
-            packed: pack(packed),
-            tail: pack(tail),
-            gone: Some(gone.iter().flat_map(|id| id.as_bytes().to_vec()).collect()),
-        }
-    }
-
-    #[test]
-    fn a_memory_is_scored_from_its_list_and_tail_less_what_is_gone() {
-        let (a, b, c) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
-        let bm25 = Bm25::default();
-        let terms = [
-            // b's packed posting was deleted and rewritten with tf 3; c's was deleted.
-            term(2.0, true, &[(a, 1, 10), (b, 1, 10), (c, 1, 10)], &[(b, 3, 10)], &[b, c]),
-            // A common term counts only for memories holding a selective one: c is not found through it.
-            term(0.5, false, &[(a, 2, 10), (c, 1, 10)], &[], &[]),
-        ];
-        let ranked = rank(&terms, bm25);
-        let expected_b = bm25.weight(2.0, 3.0, 10.0, 10.0);
-        let expected_a = bm25.weight(2.0, 1.0, 10.0, 10.0) + bm25.weight(0.5, 2.0, 10.0, 10.0);
-        assert_eq!(ranked.iter().map(|r| r.0).collect::<Vec<_>>(), [b, a]);
-        assert!((ranked[0].1 - expected_b).abs() < 1e-12 && (ranked[1].1 - expected_a).abs() < 1e-12);
-    }
 }

@@ -6,6 +6,7 @@ pub mod cooldown_token;
 pub mod distinct;
 pub mod found;
 pub mod fusion;
+pub mod keyword;
 pub mod mention;
 pub mod named_symbol;
 mod pipeline;

@@ -1,10 +1,8 @@
 //! The retrieval pipeline's tunables, their defaults (what the service runs) and their ranges.
 
+use super::keyword::Bm25;
 use super::ranking::{RankingFormula, RankingWeights};
-use crate::{
-    config::{ConfigError, in_range, parsed_or},
-    store::keyword::Bm25,
-};
+use crate::config::{ConfigError, in_range, parsed_or};
 
 /// Tunables of the retrieval pipeline. `Default` is what the service runs; [`RetrievalConfig::spec`] ranks by the
 /// spec's formula instead.

@@ -6,10 +6,11 @@ use sqlx::PgPool;
 
 use super::found::FoundSet;
 use super::fusion;
+use super::keyword::Bm25;
 use crate::store::{
     self, ReadFilter, SearchFilters,
     branches::{BranchExtras, BranchRow},
-    keyword::{Bm25, KeywordSearch},
+    keyword::KeywordSearch,
 };
 
 /// Settings of the two branches.
@@ -106,7 +107,7 @@ pub async fn keyword_branch(
     let branch = async {
         let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
         let search = settings.keyword_search(text, query);
-        let found = store::keyword::keyword_branch(&mut tx, scope, filters, &search).await?;
+        let found = super::keyword::keyword_branch(&mut tx, scope, filters, &search, settings.bm25).await?;
         tx.commit().await?;
         Ok(found)
     };
@@ -125,7 +126,6 @@ impl<'a> BranchSettings<'a> {
             query,
             rows: self.rows_per_branch,
             extras: self.extras,
-            bm25: self.bm25,
             posting_budget: crate::store::keyword::POSTING_BUDGET,
         }
     }

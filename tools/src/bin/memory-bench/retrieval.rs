@@ -7,7 +7,7 @@ use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use memory_core::{
     retrieval::{
-        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, fusion,
+        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, fusion, keyword,
         stage1::{self, BranchSettings},
         taxonomy::Taxonomy,
     },
@@ -345,12 +345,14 @@ async fn keyword_against_exact(
         let filters = SearchFilters::default();
         let mut tx = store::begin_keyword_search(pool, org.id, 30_000).await?;
         let ids = |rows: Vec<BranchRow>| rows.into_iter().take(10).map(|r| r.memory.id).collect::<Vec<_>>();
-        let search = retriever.branch_settings(10).keyword_search(&probe.text, None);
+        let settings = retriever.branch_settings(10);
+        let (search, bm25) = (settings.keyword_search(&probe.text, None), settings.bm25);
         let t = Instant::now();
-        let branch = ids(store::keyword::keyword_branch(&mut tx, &scope, &filters, &search).await?);
+        let branch = ids(keyword::keyword_branch(&mut tx, &scope, &filters, &search, bm25).await?);
         branch_ms.push(ms(t));
         let t = Instant::now();
-        let exact = ids(store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search).await?);
+        let exact =
+            ids(store::keyword::keyword_branch_exact(&mut tx, &scope, &filters, &search, (bm25.k1, bm25.b)).await?);
         exact_ms.push(ms(t));
         tx.commit().await?;
         hits += branch.iter().filter(|id| exact.contains(id)).count();
