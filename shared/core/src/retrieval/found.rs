@@ -25,4 +25,8 @@ pub struct Found {
 pub struct FoundSet {
     pub candidates: Vec<Found>,
     pub degraded_reasons: Vec<String>,
+    /// How long each branch took (they run concurrently) and their fusion, in milliseconds.
+    pub vector_ms: f64,
+    pub keyword_ms: f64,
+    pub fusion_ms: f64,
 }

@@ -25,6 +25,7 @@ use std::{sync::Arc, time::Duration};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+pub use pipeline::StageTimings;
 pub use settings::RetrievalConfig;
 pub use types::*;
 

@@ -38,21 +38,29 @@ pub fn recent_turns(text: &str, words: usize) -> &str {
     &text[start..]
 }
 
-/// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line).
-#[derive(Debug, Default)]
-struct StageTimings {
-    context_ms: f64,
-    branches_ms: f64,
-    classify_ms: f64,
-    rank_ms: f64,
-    candidates: usize,
+/// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line,
+/// and what the benchmark reports).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StageTimings {
+    /// The query's embedding and the caller's context (scopes, taxonomy), fetched together.
+    pub context_ms: f64,
+    /// Stage 1 from start to end: both branches (run concurrently) and their fusion.
+    pub branches_ms: f64,
+    pub vector_ms: f64,
+    pub keyword_ms: f64,
+    pub fusion_ms: f64,
+    /// Stage 2 (and the cooldown).
+    pub classify_ms: f64,
+    /// Stages 3 and 4.
+    pub rank_ms: f64,
+    pub candidates: usize,
 }
 
 impl Retriever {
     /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
     /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
     /// the fallback was used.
-    pub fn rank(
+    fn rank(
         &self,
         taxonomy: &Taxonomy,
         classified: &[Uuid],
@@ -105,8 +113,13 @@ fn filter_and_rank(
 
 impl Retriever {
     /// Runs the pipeline for one request. The result is ordered most relevant LAST.
-    #[tracing::instrument(skip_all, fields(org = %request.organization_id, mode = ?request.mode))]
     pub async fn query(&self, request: RetrievalRequest) -> crate::Result<RetrievalResult> {
+        Ok(self.query_timed(request).await?.0)
+    }
+
+    /// [`Retriever::query`], with how long each stage took.
+    #[tracing::instrument(skip_all, fields(org = %request.organization_id, mode = ?request.mode))]
+    pub async fn query_timed(&self, request: RetrievalRequest) -> crate::Result<(RetrievalResult, StageTimings)> {
         let started = std::time::Instant::now();
         let mode = request.mode;
         let (result, timings) = self.run_query(request).await?;
@@ -121,6 +134,9 @@ impl Retriever {
             total_ms,
             context_and_embedding_ms = timings.context_ms,
             branches_ms = timings.branches_ms,
+            vector_ms = timings.vector_ms,
+            keyword_ms = timings.keyword_ms,
+            fusion_ms = timings.fusion_ms,
             classify_ms = timings.classify_ms,
             rank_ms = timings.rank_ms,
             candidates = timings.candidates,
@@ -129,7 +145,7 @@ impl Retriever {
             degraded_reasons = ?result.degraded_reasons,
             "retrieval"
         );
-        Ok(result)
+        Ok((result, timings))
     }
 
     async fn run_query(&self, request: RetrievalRequest) -> crate::Result<(RetrievalResult, StageTimings)> {
@@ -188,6 +204,7 @@ impl Retriever {
         let filters = SearchFilters::default();
         let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
+        (timings.vector_ms, timings.keyword_ms, timings.fusion_ms) = (set.vector_ms, set.keyword_ms, set.fusion_ms);
         let mut candidates = set.candidates;
         // A profile is the summary of its entity, attached under `entity_profiles` to the memories that mention it:
         // it does not compete with them (a long profile shares every word of any question about its entity, and

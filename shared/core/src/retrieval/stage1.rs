@@ -1,6 +1,8 @@
 //! Stage 1: the vector and keyword branches, run concurrently inside the scope predicate and fused.
 //! A branch that fails degrades the result instead of failing it.
 
+use std::time::Instant;
+
 use pgvector::Vector;
 use sqlx::PgPool;
 
@@ -38,17 +40,17 @@ pub async fn gather(
     query: Option<&Vector>,
     settings: &BranchSettings<'_>,
 ) -> crate::Result<FoundSet> {
-    let vector = async {
+    let vector = timed(async {
         let (Some(q), true) = (query, settings.run_vector) else { return None };
         Some(vector_branch(pool, scope, filters, q, settings).await)
-    };
-    let keyword = async {
+    });
+    let keyword = timed(async {
         if !settings.run_keyword || text.trim().is_empty() {
             return None;
         }
         Some(keyword_branch(pool, scope, filters, text, query, settings).await)
-    };
-    let (vector, keyword) = tokio::join!(vector, keyword);
+    });
+    let ((vector, vector_ms), (keyword, keyword_ms)) = tokio::join!(vector, keyword);
 
     let mut degraded_reasons = Vec::new();
     let mut failed = 0;
@@ -72,10 +74,21 @@ pub async fn gather(
         return Err(crate::Error::Unavailable(format!("no search branch answered ({})", degraded_reasons.join(", "))));
     }
 
-    Ok(FoundSet {
-        candidates: fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion),
-        degraded_reasons,
-    })
+    let fusion_started = Instant::now();
+    let candidates =
+        fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion);
+    Ok(FoundSet { candidates, degraded_reasons, vector_ms, keyword_ms, fusion_ms: elapsed_ms(fusion_started) })
+}
+
+/// `work`'s output and how long it took, in milliseconds.
+async fn timed<T>(work: impl Future<Output = T>) -> (T, f64) {
+    let started = Instant::now();
+    let output = work.await;
+    (output, elapsed_ms(started))
+}
+
+fn elapsed_ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
 }
 
 /// The vector branch in its own organisation-bound transaction, under the branch's time budget.

@@ -3,10 +3,10 @@
 //!
 //! For each corpus size (`retrieval`): a synthetic multi-tenant corpus (see `memory_tools::synthetic`) is
 //! COPY-loaded into a scratch database, the ANN and full-text indexes are built, and `--queries` queries measure
-//! the vector branch, the keyword branch, fusion + Stages 2-4 (the pipeline's own `fuse` and `filter_and_rank`),
-//! `Retriever::query` end to end without the query embedding and two of its parts (the context read; both branches
-//! run concurrently and fused, as Stage 1 runs them), and the raw baseline (one HNSW query with the same tenant
-//! filter), interleaved, each with queries of its own. Filtered recall@10 is measured for a tenant holding about 1%
+//! `Retriever::query` end to end without the query embedding, with each of its stages as the pipeline timed it
+//! (`Retriever::query_timed`: the context read, the vector and keyword branches, run concurrently, their fusion,
+//! Stages 2-4), and the raw baseline (one HNSW query with the same tenant filter), interleaved, each with queries
+//! of its own. Filtered recall@10 is measured for a tenant holding about 1%
 //! of the rows. Then (`model`) MiniLM query-embedding latency by query length and the ingest rate through
 //! `Ingestor`, and (`http`) the real retrieve server on the last size's database: cold start to the first answer,
 //! throughput with distinct and with repeated queries, its CPU time per request and peak RSS.

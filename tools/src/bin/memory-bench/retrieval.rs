@@ -3,14 +3,9 @@
 use std::{sync::Arc, time::Instant};
 
 use anyhow::Context;
-use chrono::Utc;
 use indicatif::{ProgressBar, ProgressStyle};
 use memory_core::{
-    retrieval::{
-        RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, fusion, keyword,
-        stage1::{self, BranchSettings},
-        taxonomy::Taxonomy,
-    },
+    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, StageTimings, keyword},
     store::{
         self, ReadFilter, SearchFilters,
         branches::{BranchExtras, BranchRow},
@@ -30,10 +25,6 @@ use crate::{
     report::SizeReport,
     workload::{Precomputed, Probe, probes},
 };
-
-/// What the branches are timed with: the taxonomy tags Stage 3 needs whenever a query matches a taxonomy node
-/// (the corpus has no entity profiles, so the pipeline never asks for that flag here).
-const EXTRAS: BranchExtras = BranchExtras { taxonomy: true, profiled_entities: false };
 
 /// The keyword-impact, keyword-tail and tag indexes: dropped for the load and rebuilt after it, as the migrations
 /// define them (tenant ANN indexes are built after it).
@@ -96,63 +87,30 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     // rows already in CPU and page caches. The measurements are interleaved, so none runs on a database that
     // the others have warmed for longer.
     let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
-    let (branch_probes, e2e_probes) = (probe_set(0), probe_set(1));
-    let (raw_probes, raw_depth_probes, stage1_probes) = (probe_set(2), probe_set(3), probe_set(4));
-    let every =
-        || branch_probes.iter().chain(&e2e_probes).chain(&raw_probes).chain(&raw_depth_probes).chain(&stage1_probes);
+    let (e2e_probes, raw_probes, raw_depth_probes) = (probe_set(1), probe_set(2), probe_set(3));
+    let every = || e2e_probes.iter().chain(&raw_probes).chain(&raw_depth_probes);
     let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
     let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config);
-    // Stage 1 as the pipeline configures it for the passive queries timed here (20 results).
-    let max_results = 20;
-    let with_extras = |extras| BranchSettings { extras, ..retriever.branch_settings(max_results) };
-    let timed_branches = with_extras(EXTRAS);
     let scope_of = async |probe: &Probe| {
         retriever.scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true).await
     };
-    let no_filters = SearchFilters::default();
-    let bar = ProgressBar::new(branch_probes.len() as u64)
+    let bar = ProgressBar::new(e2e_probes.len() as u64)
         .with_style(ProgressStyle::with_template("querying {bar:40} {pos}/{len} eta {eta}").unwrap());
 
-    let (mut vector, mut keyword, mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![], vec![], vec![]);
-    let (mut context, mut branches, mut taxonomy_matches) = (vec![], vec![], 0);
-    let mut branch_rows = Vec::new();
-    for i in 0..branch_probes.len() {
-        let probe = &branch_probes[i];
-        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
-        let t = Instant::now();
-        let vector_rows = stage1::vector_branch(&db.app, &scope, &no_filters, &query, &timed_branches).await?;
-        vector.push(ms(t));
-
-        let t = Instant::now();
-        let keyword_rows =
-            stage1::keyword_branch(&db.app, &scope, &no_filters, &probe.text, Some(&query), &timed_branches).await?;
-        keyword.push(ms(t));
-        branch_rows.push((vector_rows, keyword_rows));
-
+    // End to end, and each stage as the pipeline itself timed it in the same requests (passive, 20 results).
+    let (mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![]);
+    let mut stages: Vec<StageTimings> = Vec::new();
+    for i in 0..e2e_probes.len() {
         let probe = &e2e_probes[i];
         let t = Instant::now();
         let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
         request.agent_id = Some(probe.agent);
         request.project_id = Some(probe.project);
         request.task_id = Some(probe.task);
-        let result = retriever.query(request).await?;
+        let (result, timings) = retriever.query_timed(request).await?;
         e2e.push(ms(t));
+        stages.push(timings);
         anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
-
-        let probe = &stage1_probes[i];
-        let t = Instant::now();
-        let found = store::agents::retrieval_context(&db.app, probe.organization, Some(probe.agent)).await?;
-        context.push(ms(t));
-        // The extras the pipeline asks for: taxonomy tags only when the query names a taxonomy node.
-        let names_a_node = !Taxonomy::new(found.taxonomy).classify_by_rules(&probe.text).is_empty();
-        taxonomy_matches += usize::from(names_a_node);
-        let settings =
-            with_extras(BranchExtras { taxonomy: names_a_node, profiled_entities: found.has_entity_profiles });
-        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
-        let t = Instant::now();
-        let set = stage1::gather(&db.app, &scope, &no_filters, &probe.text, Some(&query), &settings).await?;
-        branches.push(ms(t));
-        anyhow::ensure!(set.degraded_reasons.is_empty(), "degraded stage 1: {:?}", set.degraded_reasons);
 
         for (k, probe, timings) in
             [(20, &raw_probes[i], &mut baseline), (depth, &raw_depth_probes[i], &mut baseline_depth)]
@@ -165,28 +123,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         bar.inc(1);
     }
     bar.finish_and_clear();
-    eprintln!("{taxonomy_matches} of {} Stage 1 queries named a taxonomy node", stage1_probes.len());
-
-    let mut fusion = vec![];
-    for (probe, (vector_rows, keyword_rows)) in branch_probes.iter().zip(branch_rows) {
-        let mut tx = store::begin_for_org(&db.app, probe.organization).await?;
-        let taxonomy = Taxonomy::new(store::taxonomy::nodes(&mut *tx, probe.organization).await?);
-        tx.commit().await?;
-        // Fusion, then Stages 2-4 as passive mode runs them (rule classification, subtree filter with its
-        // fallback, ranking), through the pipeline's own functions.
-        let t = Instant::now();
-        let fused = fusion::fuse(
-            vector_rows,
-            keyword_rows,
-            &probe.text,
-            timed_branches.rows_per_branch,
-            timed_branches.kept_after_fusion,
-        );
-        let classified = taxonomy.classify_by_rules(&probe.text);
-        let ranked = retriever.rank(&taxonomy, &classified, &fused, &probe.text, Utc::now(), max_results);
-        fusion.push(ms(t));
-        std::hint::black_box(ranked);
-    }
+    let stage = |of: fn(&StageTimings) -> f64| stages.iter().map(of).collect::<Vec<f64>>();
     let timed = |samples: &[f64]| Percentiles::of(&samples[warmup..]);
 
     let filtered_recall_at_10 = filtered_recall(&db.app, &retriever, &corpus, args.seed).await?;
@@ -194,14 +131,14 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let (e2e_ms, baseline_ms, baseline_depth_ms) = (timed(&e2e), timed(&baseline), timed(&baseline_depth));
     let report = SizeReport {
         memories: size,
-        vector_ms: timed(&vector),
-        keyword_ms: timed(&keyword),
-        fusion_ms: timed(&fusion),
+        vector_ms: timed(&stage(|t| t.vector_ms)),
+        keyword_ms: timed(&stage(|t| t.keyword_ms)),
+        fusion_ms: timed(&stage(|t| t.fusion_ms + t.classify_ms + t.rank_ms)),
         ratio_p95: e2e_ms.p95 / baseline_ms.p95,
         ratio_depth_p95: e2e_ms.p95 / baseline_depth_ms.p95,
         e2e_ms,
-        context_ms: timed(&context),
-        branches_ms: timed(&branches),
+        context_ms: timed(&stage(|t| t.context_ms)),
+        branches_ms: timed(&stage(|t| t.branches_ms)),
         baseline_ms,
         baseline_depth_ms,
         filtered_recall_at_10,
