@@ -14,7 +14,7 @@ impl FromRequestParts<AppState> for Principal {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         match crate::fair::authenticated(parts) {
-            Some(principal) => Ok(principal),
+            Some(authenticated) => authenticated,
             None => state.auth.principal(parts).await,
         }
     }

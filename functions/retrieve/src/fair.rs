@@ -101,12 +101,17 @@ impl Drop for Turn {
     }
 }
 
-/// Authenticates the request once (the handlers take the principal from it) and runs it in its organisation's
-/// turn. A request without valid credentials goes on as it came: its handler answers it (401, or a public route).
+/// Authenticates the request once (the handlers take the principal, or why there is none, from it) and runs it in
+/// its organisation's turn. A request without valid credentials goes on as it came: its handler answers it (401,
+/// or a public route).
 pub async fn share(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Ok(principal) = state.auth.principal(&parts).await else {
-        return next.run(Request::from_parts(parts, body)).await;
+    let principal = match state.auth.principal(&parts).await {
+        Ok(principal) => principal,
+        Err(refused) => {
+            parts.extensions.insert(Refused(Arc::new(Mutex::new(Some(refused)))));
+            return next.run(Request::from_parts(parts, body)).await;
+        }
     };
     let Some(_turn) = state.fair.turn(principal.organization_id).await else {
         return ApiError::TooManyRequests(format!(
@@ -119,9 +124,18 @@ pub async fn share(State(state): State<AppState>, request: Request, next: Next) 
     next.run(Request::from_parts(parts, body)).await
 }
 
-/// The principal [`share`] authenticated, if it did.
-pub(crate) fn authenticated(parts: &axum::http::request::Parts) -> Option<Principal> {
-    parts.extensions.get::<Principal>().cloned()
+/// Why [`share`] found no principal; taken by the first extractor that asks.
+#[derive(Clone)]
+struct Refused(Arc<Mutex<Option<ApiError>>>);
+
+/// What [`share`] made of the request's credentials: the principal, or why there is none; `None` for a request it
+/// did not see, or whose refusal was already taken.
+pub(crate) fn authenticated(parts: &axum::http::request::Parts) -> Option<Result<Principal, ApiError>> {
+    if let Some(principal) = parts.extensions.get::<Principal>() {
+        return Some(Ok(principal.clone()));
+    }
+    let refused = parts.extensions.get::<Refused>()?;
+    refused.0.lock().expect("not poisoned").take().map(Err)
 }
 
 #[cfg(test)]
@@ -139,6 +153,16 @@ mod tests {
         drop((first, other));
         assert!(share.running.lock().unwrap().is_empty(), "nothing kept for organisations at rest");
         assert!(share.turn(a).await.is_some());
+    }
+
+    #[test]
+    fn a_refusal_is_handed_to_the_first_extractor_that_asks() {
+        let (mut parts, _) = axum::http::Request::new(()).into_parts();
+        assert!(authenticated(&parts).is_none(), "a request the share did not see");
+        let refused = ApiError::unauthorized("no bearer token");
+        parts.extensions.insert(Refused(Arc::new(Mutex::new(Some(refused)))));
+        assert!(matches!(authenticated(&parts), Some(Err(ApiError::Unauthorized(m))) if m == "no bearer token"));
+        assert!(authenticated(&parts).is_none(), "taken once; a second extractor authenticates itself");
     }
 
     #[tokio::test]
