@@ -9,7 +9,7 @@ use integration_tests::{
 use memory_core::{
     domain::Scope,
     llm::{InvocationPurpose, Llm, ScriptedLlm},
-    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SessionTurn},
+    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SessionTurn, cooldown_token::TokenKey},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -427,4 +427,70 @@ async fn entity_profiles_of_returned_memories_come_with_the_result(opts: PgPoolO
     assert_eq!(result.entity_profiles.len(), 1);
     assert_eq!(result.entity_profiles[0].profile.id, profile.primary().unwrap().profile.id);
     assert_eq!(result.entity_profiles[0].name, "billing-api");
+}
+
+/// Passive mode's cooldown withholds an entity profile as it does a memory: the profile injected on turn 1 is not
+/// injected again on turn 2, where another memory mentioning the same entity is; carried by the token alone (another
+/// instance) as well.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn passive_cooldown_withholds_an_injected_entity_profile(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let first = memory(org, "billing-api retries webhooks").embedding(axis(0)).insert(&db).await;
+    let second = memory(org, "billing-api deploys on Fridays").embedding(axis(0)).insert(&db).await;
+    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
+    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    for m in [&first, &second] {
+        memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let llm =
+        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: payments".into())));
+    let profile = memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
+        .synthesize_profile(&db.app, org, entity)
+        .await
+        .unwrap();
+    let profile_id = profile.primary().unwrap().profile.id;
+
+    let at = |turn, cooldown_token: Option<String>| {
+        let mut req = request(org, RetrievalMode::Passive);
+        req.max_results = 1;
+        req.session = Some(SessionTurn { session_id: "session-1".into(), turn });
+        req.cooldown_token = cooldown_token;
+        req
+    };
+    let secret = b"a secret the instances share, 32+ bytes long";
+    let instance = || retriever(&db, probe_embedder(), None).with_cooldown_key(TokenKey::from_secret(secret).unwrap());
+    let first_instance = instance();
+    let one = first_instance.query(at(1, None)).await.unwrap();
+    assert_eq!(one.entity_profiles.iter().map(|p| p.profile.id).collect::<Vec<_>>(), vec![profile_id]);
+    // The same instance, and a new one that knows the session only from the token.
+    for (serving, token) in [(&first_instance, None), (&instance(), one.cooldown_token.clone())] {
+        let two = serving.query(at(2, token)).await.unwrap();
+        assert_eq!(two.memories.len(), 1, "the other memory mentioning billing-api");
+        assert!(two.entity_profiles.is_empty(), "the profile injected on turn 1: {:?}", two.entity_profiles);
+        assert!(!two.degraded, "{:?}", two.degraded_reasons);
+    }
+}
+
+/// A cooldown token this service did not issue for the session withholds nothing, and the answer says so.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_cooldown_token_not_issued_for_the_session_is_reported(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let m = memory(org, "the only fact").embedding(axis(0)).insert(&db).await;
+    let r = retriever(&db, probe_embedder(), None);
+    let at = |session: &str, turn, cooldown_token: Option<String>| {
+        let mut req = request(org, RetrievalMode::Passive);
+        req.session = Some(SessionTurn { session_id: session.into(), turn });
+        req.cooldown_token = cooldown_token;
+        req
+    };
+    let issued = r.query(at("session-1", 1, None)).await.unwrap().cooldown_token;
+    for (session, token) in [("session-2", "garbage".to_string()), ("session-3", issued.expect("a token"))] {
+        let answer = r.query(at(session, 1, Some(token.clone()))).await.unwrap();
+        assert_eq!(ids(&answer), vec![m.id], "{token}");
+        assert!(answer.degraded, "{token}");
+        assert_eq!(answer.degraded_reasons, vec!["cooldown_token_rejected"], "{token}");
+    }
 }

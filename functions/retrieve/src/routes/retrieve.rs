@@ -82,6 +82,9 @@ pub async fn retrieve(
     request.session = session;
     request.max_results = body.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
     request.sensitivity_gate = body.mode == RetrievalMode::Passive || body.sensitivity_gate.unwrap_or(false);
+    if body.cooldown_token.is_some() && body.mode != RetrievalMode::Passive {
+        return Err(ApiError::Unprocessable("cooldown_token is passive mode's; other modes have no cooldown".into()));
+    }
     if body.cooldown_token.as_ref().is_some_and(|t| t.len() > MAX_TOKEN_CHARS) {
         return Err(ApiError::Unprocessable(format!("cooldown_token is longer than {MAX_TOKEN_CHARS} characters")));
     }

@@ -218,17 +218,22 @@ impl Retriever {
             let session_id = s.session_id.clone();
             (Session { organization_id: request.organization_id, agent_id: request.agent_id, session_id }, s.turn)
         });
+        // A token this service did not issue for this session (malformed, forged, another session's, or signed with a
+        // key since rotated) withholds nothing, and the answer says so.
         let carried: Vec<(Uuid, u32)> = match (&session, &request.cooldown_token) {
             (Some((session, _)), Some(token)) => cooldown_token::decode(&self.cooldown_key, session, token)
                 .unwrap_or_else(|| {
-                    tracing::debug!("cooldown token of another session or key ignored");
+                    degraded.push("cooldown_token_rejected".into());
                     Vec::new()
                 }),
             _ => Vec::new(),
         };
-        if let Some((session, turn)) = &session {
+        let cooling = session.as_ref().map(|(session, turn)| {
             let mut cooling = self.cooldown.cooling(session, *turn);
             cooling.extend(carried.iter().filter(|(_, at)| self.cooldown.withheld(*at, *turn)).map(|(id, _)| *id));
+            cooling
+        });
+        if let Some(cooling) = &cooling {
             candidates.retain(|c| !cooling.contains(&c.memory.id));
         }
 
@@ -252,8 +257,26 @@ impl Retriever {
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
         lap(&mut timings.rank_ms);
 
+        let profiled: Vec<Uuid> = ranked
+            .iter()
+            .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
+            .map(|r| r.memory.id)
+            .collect();
+        let mut entity_profiles = match self.entity_profiles(&scope, &profiled, &ranked).await {
+            Ok(profiles) => profiles,
+            Err(e) => {
+                tracing::warn!(error = %e, "entity profile lookup failed; answering without profiles");
+                degraded.push("entity_profiles_failed".into());
+                Vec::new()
+            }
+        };
+        // A profile cools down like a memory: injected once, withheld for the session's next turns.
+        if let Some(cooling) = &cooling {
+            entity_profiles.retain(|p| !cooling.contains(&p.profile.id));
+        }
         let cooldown_token = session.map(|(session, turn)| {
-            self.cooldown.record(&session, turn, ranked.iter().map(|r| r.memory.id));
+            let injected = ranked.iter().map(|r| r.memory.id).chain(entity_profiles.iter().map(|p| p.profile.id));
+            self.cooldown.record(&session, turn, injected);
             let mut entries: std::collections::HashMap<Uuid, u32> = std::collections::HashMap::new();
             let still = carried.into_iter().filter(|(_, at)| self.cooldown.still_cooling(*at, turn));
             for (id, at) in still.chain(self.cooldown.entries(&session, turn)) {
@@ -263,19 +286,6 @@ impl Retriever {
             let entries: Vec<(Uuid, u32)> = entries.into_iter().collect();
             cooldown_token::encode(&self.cooldown_key, &session, &entries)
         });
-        let profiled: Vec<Uuid> = ranked
-            .iter()
-            .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
-            .map(|r| r.memory.id)
-            .collect();
-        let entity_profiles = match self.entity_profiles(&scope, &profiled, &ranked).await {
-            Ok(profiles) => profiles,
-            Err(e) => {
-                tracing::warn!(error = %e, "entity profile lookup failed; answering without profiles");
-                degraded.push("entity_profiles_failed".into());
-                Vec::new()
-            }
-        };
 
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();
