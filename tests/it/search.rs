@@ -753,3 +753,61 @@ async fn a_text_edit_waiting_for_a_packing_records_the_packed_postings_it_delete
     assert_eq!(postings_read_apart_from_truth(&db, org).await, Vec::<String>::new());
     assert_branch_matches_reference(&db, org).await;
 }
+
+/// A strategy search returns an entity's profile once: of the partitions' profiles the caller may read, the one
+/// built from the most sources, as the modes attach it; a caller who reads one partition only gets that one.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_search_returns_one_profile_of_an_entity(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::llm::{InvocationPurpose, ScriptedLlm};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let project = Uuid::now_v7();
+    let everyone = memory(org, "billing-api retries webhooks").embedding(axis(0)).insert(&db).await;
+    let in_project = memory(org, "billing-api deploys on Fridays")
+        .scope(Scope::Project)
+        .project(project)
+        .embedding(axis(0))
+        .insert(&db)
+        .await;
+    let mut tx = store::begin_for_org(&db.admin, org).await.unwrap();
+    let entity = store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    for m in [&everyone, &in_project] {
+        store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    // Each partition's profile says what its sources say (near-duplicate texts would be left out as such).
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |request| {
+        let fridays = if request.prompt.contains("Fridays") { ", deployed on Fridays" } else { "" };
+        Ok(format!("billing-api: the payments service, which retries webhooks{fridays}"))
+    }));
+    let profile_text = "billing-api: the payments service, which retries webhooks";
+    let embedder = FixedEmbedder::default()
+        .with(profile_text, axis(0))
+        .with(&format!("{profile_text}, deployed on Fridays"), axis(0))
+        .with("billing-api payments", axis(0));
+    let embedder = Arc::new(embedder);
+    let synthesis = memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, Some(embedder.clone()))
+        .synthesize_profile(&db.app, org, entity)
+        .await
+        .unwrap();
+    assert_eq!(synthesis.written, 2, "the organisation's partition and the project's");
+    let widest = synthesis.primary().unwrap().profile.id;
+
+    let agent = integration_tests::agent_with_scopes(&db, org, &[Scope::Org, Scope::Project]).await;
+    let r = retriever(&db, embedder, None);
+    for strategy in [Strategy::Keyword, Strategy::Vector, Strategy::Hybrid, Strategy::Graph] {
+        for (project_id, expected) in [(Some(project), widest), (None, synthesis.profiles.last().unwrap().profile.id)] {
+            let mut request = search(org, "billing-api payments", strategy);
+            request.agent_id = Some(agent);
+            request.project_id = project_id;
+            let hits = r.search(request).await.unwrap();
+            let profiles: Vec<Uuid> = hits
+                .hits
+                .iter()
+                .filter(|h| h.memory.memory_type == MemoryType::EntityProfile)
+                .map(|h| h.memory.id)
+                .collect();
+            assert_eq!(profiles, vec![expected], "{strategy:?}, project {project_id:?}");
+        }
+    }
+}

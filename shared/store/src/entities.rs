@@ -195,6 +195,22 @@ pub async fn partition_profiles(
     .await
 }
 
+/// Of `memory_ids`, the current partition profiles: each with its entity and the number of sources it was built from.
+pub async fn profiles_among(
+    executor: impl PgExecutor<'_>,
+    organization_id: Uuid,
+    memory_ids: &[Uuid],
+) -> sqlx::Result<Vec<(Uuid, Uuid, i32)>> {
+    sqlx::query_as(
+        "SELECT memory_id, entity_id, source_count FROM memory_entity_profile \
+         WHERE organization_id = $1 AND memory_id = ANY($2)",
+    )
+    .bind(organization_id)
+    .bind(memory_ids)
+    .fetch_all(executor)
+    .await
+}
+
 /// Makes `profile.memory_id` the current profile of its partition.
 pub async fn set_partition_profile(
     executor: impl PgExecutor<'_>,

@@ -81,6 +81,10 @@ impl Retriever {
             }
             hits
         };
+        if let Err(e) = self.one_profile_per_entity(request.organization_id, &mut hits).await {
+            tracing::warn!(error = %e, "profile lookup failed; returning every profile hit");
+            degraded.push("entity_profiles_failed".into());
+        }
         hits.truncate(request.max_results);
         Ok(SearchResult {
             hits,
@@ -88,6 +92,29 @@ impl Retriever {
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
         })
+    }
+
+    /// Keeps one profile of each entity among the hits: of its partitions' profiles (one per set of readers, each
+    /// readable here), the one built from the most sources, as the modes attach it.
+    async fn one_profile_per_entity(&self, organization_id: Uuid, hits: &mut Vec<SearchHit>) -> crate::Result<()> {
+        let profiles: Vec<Uuid> = hits
+            .iter()
+            .filter(|h| h.memory.memory_type == crate::domain::MemoryType::EntityProfile)
+            .map(|h| h.memory.id)
+            .collect();
+        if profiles.len() < 2 {
+            return Ok(());
+        }
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
+        let mut partitions = store::entities::profiles_among(&mut *tx, organization_id, &profiles).await?;
+        tx.commit().await?;
+        // Per entity, the most sources first (ties by id): the first is kept.
+        partitions.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
+        let mut seen = std::collections::HashSet::new();
+        let dropped: Vec<Uuid> =
+            partitions.into_iter().filter(|(_, entity, _)| !seen.insert(*entity)).map(|(id, ..)| id).collect();
+        hits.retain(|h| !dropped.contains(&h.memory.id));
+        Ok(())
     }
 
     /// Adds memories that share entity mentions with the top hits, scored with a decay per hop.
