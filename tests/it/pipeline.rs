@@ -494,3 +494,39 @@ async fn a_cooldown_token_not_issued_for_the_session_is_reported(opts: PgPoolOpt
         assert_eq!(answer.degraded_reasons, vec!["cooldown_token_rejected"], "{token}");
     }
 }
+
+/// `max_chars` bounds the text an answer carries, profiles included: memories best first, then profiles, each left
+/// out when it does not fit.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_answer_carries_at_most_its_budget_of_text_profiles_included(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let fact = "billing-api retries webhooks";
+    let m = memory(org, fact).embedding(axis(0)).insert(&db).await;
+    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
+    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let summary = "billing-api: payments";
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, move |_| Ok(summary.into())));
+    memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
+        .synthesize_profile(&db.app, org, entity)
+        .await
+        .unwrap();
+
+    let r = retriever(&db, probe_embedder(), None);
+    for mode in [RetrievalMode::AgentQuery, RetrievalMode::Passive] {
+        for (budget, memories, profiles) in
+            [(None, 1, 1), (Some(fact.len() + summary.len()), 1, 1), (Some(fact.len()), 1, 0), (Some(10), 0, 0)]
+        {
+            let mut req = request(org, mode);
+            req.max_chars = budget;
+            if mode == RetrievalMode::Passive {
+                req.session = Some(SessionTurn { session_id: format!("budget-{budget:?}"), turn: 1 });
+            }
+            let answer = r.query(req).await.unwrap();
+            let got = (answer.memories.len(), answer.entity_profiles.len());
+            assert_eq!(got, (memories, profiles), "{mode:?}, budget {budget:?}");
+        }
+    }
+}

@@ -38,7 +38,15 @@ pub struct RetrieveBody {
     /// agent_query and mention: also superseded and archived memories, each with its status and successor.
     #[serde(default)]
     pub include_archive: bool,
+    /// The most memory and profile text the answer may carry, in characters: memories best first, then their
+    /// entity profiles, each left out when it does not fit.
+    pub max_chars: Option<usize>,
+    /// The same budget in tokens, counted as four characters each (one of `max_chars` and `max_tokens`).
+    pub max_tokens: Option<usize>,
 }
+
+/// Characters a token is counted as in `max_tokens`.
+pub const CHARS_PER_TOKEN: usize = 4;
 
 /// Input of the agent's `memory.query` tool.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -90,6 +98,10 @@ pub async fn retrieve(
     }
     request.cooldown_token = body.cooldown_token;
     request.include_archive = body.include_archive;
+    request.max_chars = match (body.max_chars, body.max_tokens) {
+        (Some(_), Some(_)) => return Err(ApiError::Unprocessable("give max_chars or max_tokens, not both".into())),
+        (chars, tokens) => chars.or(tokens.map(|t| t.saturating_mul(CHARS_PER_TOKEN))),
+    };
     Ok(Json(state.retriever.query(request).await?))
 }
 

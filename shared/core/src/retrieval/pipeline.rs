@@ -255,6 +255,10 @@ impl Retriever {
         let as_of = request.as_of.unwrap_or_else(Utc::now);
         let (mut ranked, fallback_used) =
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
+        if passive {
+            // Injection is paid for on every turn: nothing rather than the least bad of the unrelated.
+            ranked.retain(|r| r.cosine_sim.is_none_or(|cosine| cosine >= self.config.passive_floor));
+        }
         lap(&mut timings.rank_ms);
 
         let profiled: Vec<Uuid> = ranked
@@ -273,6 +277,9 @@ impl Retriever {
         // A profile cools down like a memory: injected once, withheld for the session's next turns.
         if let Some(cooling) = &cooling {
             entity_profiles.retain(|p| !cooling.contains(&p.profile.id));
+        }
+        if let Some(budget) = request.max_chars {
+            within_budget(budget, &mut ranked, &mut entity_profiles);
         }
         let cooldown_token = session.map(|(session, turn)| {
             let injected = ranked.iter().map(|r| r.memory.id).chain(entity_profiles.iter().map(|p| p.profile.id));
@@ -385,6 +392,22 @@ impl Retriever {
         tx.commit().await?;
         Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())
     }
+}
+
+/// Keeps what fits in `budget` characters of content: the memories best first, then the profiles, each left out
+/// when it does not fit (a smaller one after it may).
+fn within_budget(budget: usize, ranked: &mut Vec<RankedMemory>, profiles: &mut Vec<crate::domain::EntityProfile>) {
+    let mut left = budget;
+    let mut fits = |content: &str| {
+        let chars = content.chars().count();
+        let fit = chars <= left;
+        if fit {
+            left -= chars;
+        }
+        fit
+    };
+    ranked.retain(|r| fits(&r.memory.content));
+    profiles.retain(|p| fits(&p.profile.content));
 }
 
 #[cfg(test)]

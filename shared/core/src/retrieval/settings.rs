@@ -4,6 +4,9 @@ use super::keyword::Bm25;
 use super::ranking::{RankingFormula, RankingWeights};
 use crate::config::{ConfigError, in_range, parsed_or};
 
+/// Passive injection's default relevance floor (cosine to the conversation).
+pub const PASSIVE_FLOOR: f64 = 0.0;
+
 /// Tunables of the retrieval pipeline. `Default` is what the service runs; [`RetrievalConfig::spec`] ranks by the
 /// spec's formula instead.
 #[derive(Debug, Clone)]
@@ -36,6 +39,10 @@ pub struct RetrievalConfig {
     pub read_budget_ms: u64,
     /// The keyword branch's BM25 parameters (`MEMORY_BM25_K1`, `MEMORY_BM25_B`).
     pub bm25: Bm25,
+    /// Passive injection's relevance floor (`MEMORY_PASSIVE_FLOOR`): a memory whose cosine to the conversation is
+    /// below it is not injected, so a turn about nothing the organisation holds injects nothing. Calibrated with
+    /// `memory-eval --passive-floors` (docs/benchmarks.md); 0 turns it off.
+    pub passive_floor: f64,
 }
 
 impl Default for RetrievalConfig {
@@ -54,6 +61,7 @@ impl Default for RetrievalConfig {
             keyword_budget_ms: 2_000,
             read_budget_ms: 2_000,
             bm25: Bm25::default(),
+            passive_floor: PASSIVE_FLOOR,
         }
     }
 }
@@ -89,6 +97,7 @@ impl RetrievalConfig {
                 k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,
                 b: in_range("MEMORY_BM25_B", d.bm25.b, 0.0..=1.0)?,
             },
+            passive_floor: in_range("MEMORY_PASSIVE_FLOOR", d.passive_floor, 0.0..=1.0)?,
         })
     }
 }

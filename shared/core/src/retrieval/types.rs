@@ -61,6 +61,9 @@ pub struct RetrievalRequest {
     pub cooldown_token: Option<String>,
     /// Also superseded and archived memories (not in passive mode), each with its status and successor.
     pub include_archive: bool,
+    /// The most text the answer may carry, in characters of memory and profile content: memories best first, then
+    /// their entity profiles, each left out when it does not fit.
+    pub max_chars: Option<usize>,
 }
 
 impl RetrievalRequest {
@@ -80,6 +83,7 @@ impl RetrievalRequest {
             as_of: None,
             cooldown_token: None,
             include_archive: false,
+            max_chars: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod cache;
 mod dataset;
+mod floor;
 mod metrics;
 
 use std::{
@@ -74,6 +75,14 @@ struct Args {
     /// Index without code words (identifiers split and joined), to measure what they add.
     #[arg(long)]
     without_code_words: bool,
+    /// Study passive injection's relevance floor at these cosines (comma-separated): each set's own queries and
+    /// the `--foreign` ones, asked with no floor, then cut at each (`docs/benchmarks.md`).
+    #[arg(long, value_delimiter = ',')]
+    passive_floors: Vec<f64>,
+    /// A queries.jsonl of another set, asked in passive mode of each set's memories (its default organisation) for
+    /// `--passive-floors`: questions about nothing the organisation holds.
+    #[arg(long)]
+    foreign: Option<PathBuf>,
     /// The model directory (default MEMORY_MODEL_DIR).
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
@@ -86,6 +95,7 @@ struct Evaluated {
     documents: usize,
     queries: usize,
     strategies: Vec<(String, Metrics)>,
+    passive_floors: Vec<floor::AtFloor>,
 }
 
 #[tokio::main]
@@ -104,7 +114,7 @@ async fn main() -> anyhow::Result<()> {
                 let strategies: serde_json::Map<_, _> =
                     e.strategies.iter().map(|(name, m)| (name.clone(), m.json())).collect();
                 json!({"dataset": e.path, "name": e.name, "documents": e.documents, "queries": e.queries,
-                       "k": args.k, "strategies": strategies})
+                       "k": args.k, "strategies": strategies, "passive_floors": e.passive_floors})
             })
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&sets)?)?;
@@ -240,6 +250,15 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         ("pipeline-spec", with_formula(Some(RankingFormula::Spec))),
         ("pipeline-relevance", with_formula(Some(RankingFormula::Relevance))),
         ("pipeline-passive", with_formula(None)),
+        (
+            "pipeline-passive-unfloored",
+            Retriever::new(
+                db.app.clone(),
+                embedder.clone(),
+                None,
+                RetrievalConfig { passive_floor: 0.0, ..config.clone() },
+            ),
+        ),
     ]
     .into_iter()
     .collect();
@@ -292,7 +311,23 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         }
         strategies.push((strategy.clone(), m));
     }
-    Ok(Evaluated { name, path: dataset.to_path_buf(), documents, queries: qrels.len(), strategies })
+    let mut passive_floors = Vec::new();
+    if !args.passive_floors.is_empty() {
+        let unfloored = &retrievers["pipeline-passive-unfloored"];
+        let mut own = Vec::new();
+        for (qid, relevant) in &qrels {
+            own.push((floor::inject(unfloored, &queries[qid], None, args.k, &doc_of).await?, relevant));
+        }
+        let mut foreign = Vec::new();
+        if let Some(path) = &args.foreign {
+            for query in read_jsonl::<RawQuery>(path)? {
+                foreign.push(floor::inject(unfloored, &query, Some(None), args.k, &doc_of).await?);
+            }
+        }
+        passive_floors = floor::study(&args.passive_floors, &own, &foreign);
+        floor::print(&name, &passive_floors);
+    }
+    Ok(Evaluated { name, path: dataset.to_path_buf(), documents, queries: qrels.len(), strategies, passive_floors })
 }
 
 /// Ingests an import's messages (`code-to-beir --as-imported`) as the ingest worker applies them, into the default
