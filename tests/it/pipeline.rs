@@ -530,3 +530,22 @@ async fn an_answer_carries_at_most_its_budget_of_text_profiles_included(opts: Pg
         }
     }
 }
+
+/// Passive injection leaves out what is under the relevance floor: a turn about nothing the organisation holds
+/// injects nothing, where an agent's query still gets the nearest memories it asked for.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn passive_injection_leaves_out_memories_under_the_relevance_floor(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let near = memory(org, "the deploy runbook").embedding(vector_with_similarity(0.6, 1)).insert(&db).await;
+    let far = memory(org, "the lunch menu").embedding(vector_with_similarity(0.1, 2)).insert(&db).await;
+    let r = retriever(&db, probe_embedder(), None);
+    let mut passive = request(org, RetrievalMode::Passive);
+    passive.session = Some(SessionTurn { session_id: "floor".into(), turn: 1 });
+    assert_eq!(ids(&r.query(passive).await.unwrap()), vec![near.id]);
+    let mut asked = ids(&r.query(request(org, RetrievalMode::AgentQuery)).await.unwrap());
+    asked.sort();
+    let mut both = vec![near.id, far.id];
+    both.sort();
+    assert_eq!(asked, both);
+}

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use integration_tests::{Db, FixedEmbedder, Fixture, axis, memory, shipped_retriever, vector_with_similarity};
-use memory_core::retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, SessionTurn};
+use memory_core::retrieval::{
+    RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, SessionTurn,
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
@@ -74,6 +76,12 @@ async fn a_relevant_subtree_is_kept_and_the_rest_dropped(opts: PgPoolOptions, co
     assert!(!ids(&result).contains(&preference.id));
 }
 
+/// The shipped ranking with passive injection's relevance floor off: Stages 3 and 4 over memories of any cosine
+/// (the floor, which leaves the far ones out of a passive answer, has its own test).
+fn without_passive_floor(db: &Db, embedder: Arc<FixedEmbedder>) -> Retriever {
+    Retriever::new(db.app.clone(), embedder, None, RetrievalConfig { passive_floor: 0.0, ..RetrievalConfig::default() })
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn a_subtree_matched_by_its_words_is_kept_though_its_vectors_are_far(
     opts: PgPoolOptions,
@@ -92,7 +100,7 @@ async fn a_subtree_matched_by_its_words_is_kept_though_its_vectors_are_far(
     }
     memory(org, "untagged and close").embedding(axis(0)).insert(&db).await;
     let query = "workflow question";
-    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+    let retriever = without_passive_floor(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
 
     let result = retriever.query(request(org, RetrievalMode::Passive, query)).await.unwrap();
 
@@ -116,7 +124,7 @@ async fn a_subtree_without_evidence_falls_back_to_every_candidate(opts: PgPoolOp
     }
     let strong = memory(org, "untagged but close").embedding(axis(0)).insert(&db).await;
     let query = "workflow question";
-    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+    let retriever = without_passive_floor(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
 
     for mode in [RetrievalMode::Passive, RetrievalMode::AgentQuery] {
         let result = retriever.query(request(org, mode, query)).await.unwrap();
