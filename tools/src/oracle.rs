@@ -126,10 +126,13 @@ pub fn read_by_every_reader_of(a: &Row, b: &Row) -> bool {
 }
 
 /// Why a supersession happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Replaced {
     Duplicate,
-    Contradicted,
+    /// `claimed`: the winner's confidence when it superseded (it may have been lowered since).
+    Contradicted {
+        claimed: f64,
+    },
     /// The winner is a merge of the loser and others.
     Merged,
 }
@@ -173,15 +176,17 @@ pub fn violations(world: &World) -> Vec<String> {
                 }
                 merges.entry(*winner).or_default().push(l);
             }
-            Replaced::Duplicate | Replaced::Contradicted => {
+            Replaced::Duplicate | Replaced::Contradicted { .. } => {
                 if !read_by_every_reader_of(w, l) {
                     found.push(format!("{winner} replaced {loser}, which some of its readers cannot read"));
                 }
                 if w.trust < l.trust {
                     found.push(format!("{winner} replaced {loser}, which is trusted more"));
                 }
-                if *why == Replaced::Contradicted && w.confidence <= SUPERSEDING_CONFIDENCE {
-                    found.push(format!("{winner} superseded {loser} by contradiction at confidence {}", w.confidence));
+                if let Replaced::Contradicted { claimed } = why
+                    && *claimed <= SUPERSEDING_CONFIDENCE
+                {
+                    found.push(format!("{winner} superseded {loser} by contradiction at confidence {claimed}"));
                 }
             }
         }
@@ -290,10 +295,12 @@ mod tests {
         let k = kin();
         let merge = Row { id: Uuid::from_u128(999), ..k.org.clone() };
         let twin = Row { id: Uuid::from_u128(998), ..k.org.clone() };
-        let mut w = world(&[&k.org, &k.project, &k.private, &k.verified, &merge, &twin]);
+        let lowered = Row { confidence: 0.6, ..k.verified.clone() };
+        let mut w = world(&[&k.org, &k.project, &k.private, &lowered, &merge, &twin]);
         w.supersessions = vec![
             (k.project.id, k.org.id, Replaced::Duplicate),
-            (k.org.id, k.verified.id, Replaced::Contradicted),
+            // The winner claimed 0.95 when it superseded; its confidence is lower now (a later contradiction).
+            (k.org.id, k.verified.id, Replaced::Contradicted { claimed: 0.95 }),
             (twin.id, merge.id, Replaced::Merged),
         ];
         w.profiles = vec![(k.private.id, vec![k.org.id, k.private.id])];
@@ -323,7 +330,7 @@ mod tests {
             }),
             ("a restricted memory replacing a normal one", "which some of its readers cannot read", {
                 let mut w = world(&all);
-                w.supersessions.push((k.org.id, k.restricted.id, Replaced::Contradicted));
+                w.supersessions.push((k.org.id, k.restricted.id, Replaced::Contradicted { claimed: 0.95 }));
                 w
             }),
             ("a less trusted memory replacing a more trusted one", "which is trusted more", {
@@ -333,7 +340,7 @@ mod tests {
             }),
             ("a contradiction superseding below the confidence", "by contradiction at confidence", {
                 let mut w = world(&all);
-                w.supersessions.push((k.project.id, k.org.id, Replaced::Contradicted));
+                w.supersessions.push((k.project.id, k.org.id, Replaced::Contradicted { claimed: 0.85 }));
                 w
             }),
             ("a merge wider than a source", "has other readers than its source", {

@@ -442,18 +442,30 @@ async fn check_organization(
     // The oracle's world: the organisation's memories, and what its events say the jobs decided.
     let memories = store::memories::all(&mut *tx, org).await?;
     let mut world = World { memories: memories.iter().map(|m| (m.id, Row::from(m))).collect(), ..World::default() };
-    let superseded: Vec<(Uuid, Uuid, String)> = sqlx::query_as(
-        "SELECT (payload->>'memory_id')::uuid, (payload->>'superseded_by')::uuid, payload->>'reason' \
-         FROM domain_event_outbox WHERE organization_id = $1 AND event_type = 'memory.superseded' \
-         AND payload->>'reason' IN ('dedup', 'contradicted', 'dedup_merge')",
+    // With each supersession, the winner's confidence then, from its confidence changes around the event: the last
+    // one before it, or else the first one after it, or else (none) its confidence now.
+    let superseded: Vec<(Uuid, Uuid, String, Option<f64>)> = sqlx::query_as(
+        "SELECT (s.payload->>'memory_id')::uuid, (s.payload->>'superseded_by')::uuid, s.payload->>'reason', \
+                coalesce((SELECT (c.payload->>'to')::float8 FROM domain_event_outbox c \
+                          WHERE c.organization_id = s.organization_id AND c.event_type = 'memory.confidence_changed' \
+                            AND c.payload->>'memory_id' = s.payload->>'superseded_by' AND c.seq < s.seq \
+                          ORDER BY c.seq DESC LIMIT 1), \
+                         (SELECT (c.payload->>'from')::float8 FROM domain_event_outbox c \
+                          WHERE c.organization_id = s.organization_id AND c.event_type = 'memory.confidence_changed' \
+                            AND c.payload->>'memory_id' = s.payload->>'superseded_by' AND c.seq > s.seq \
+                          ORDER BY c.seq LIMIT 1)) \
+         FROM domain_event_outbox s WHERE s.organization_id = $1 AND s.event_type = 'memory.superseded' \
+         AND s.payload->>'reason' IN ('dedup', 'contradicted', 'dedup_merge')",
     )
     .bind(org)
     .fetch_all(&mut *tx)
     .await?;
-    for (loser, winner, reason) in superseded {
+    for (loser, winner, reason, then) in superseded {
         let why = match reason.as_str() {
             "dedup" => Replaced::Duplicate,
-            "contradicted" => Replaced::Contradicted,
+            "contradicted" => Replaced::Contradicted {
+                claimed: then.or_else(|| world.memories.get(&winner).map(|w| w.confidence)).unwrap_or_default(),
+            },
             _ => Replaced::Merged,
         };
         world.supersessions.push((loser, winner, why));
@@ -493,7 +505,7 @@ async fn check_organization(
     }
     violations.extend(oracle::violations(&world).into_iter().map(|v| format!("{org}: {v}")));
 
-    totals.contradicted += world.supersessions.iter().filter(|s| s.2 == Replaced::Contradicted).count();
+    totals.contradicted += world.supersessions.iter().filter(|s| matches!(s.2, Replaced::Contradicted { .. })).count();
     totals.lowered += world.lowerings.len();
     totals.profiles += world.profiles.len();
     totals.held += store::held::pending(&mut *tx, org).await?.len();
