@@ -517,7 +517,13 @@ async fn an_answer_carries_at_most_its_budget_of_text_profiles_included(opts: Pg
     let r = retriever(&db, probe_embedder(), None);
     for mode in [RetrievalMode::AgentQuery, RetrievalMode::Passive] {
         for (budget, memories, profiles) in
-            [(None, 1, 1), (Some(fact.len() + summary.len()), 1, 1), (Some(fact.len()), 1, 0), (Some(10), 0, 0)]
+            // A profile comes only with a memory that mentions its entity: never alone, though it would fit.
+            [
+                (None, 1, 1),
+                (Some(fact.len() + summary.len()), 1, 1),
+                (Some(fact.len()), 1, 0),
+                (Some(summary.len()), 0, 0),
+            ]
         {
             let mut req = request(org, mode);
             req.max_chars = budget;

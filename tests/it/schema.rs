@@ -350,6 +350,22 @@ async fn migrating_a_database_of_the_replaced_chain_fails_and_says_to_recreate_i
     assert_eq!(applied, 36, "the ledger changed");
 }
 
+/// A database migrated by a newer build (a migration this build does not know) is refused too, without the advice
+/// to recreate it.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn migrating_a_database_of_a_newer_build_fails_and_says_so(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let pool = opts.connect_with(conn).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from a newer build', true, '\\x00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let error = memory_core::store::migrate(&pool, None).await.unwrap_err().to_string();
+    assert!(error.contains("newer build") && !error.contains("make clean"), "{error}");
+}
+
 /// The migrations the baseline replaced, as sqlx runs a directory of them.
 async fn migration_chain() -> sqlx::migrate::Migrator {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/migration-chain");

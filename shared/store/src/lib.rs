@@ -148,7 +148,7 @@ pub async fn migrate(pool: &PgPool, embedding_dimensions: Option<i32>) -> anyhow
 }
 
 /// Fails, naming what to do, on a database migrated by the chain of migrations the baseline (`0001_baseline.sql`)
-/// replaced: a migration it applied is not one of [`MIGRATOR`]'s.
+/// replaced, or by a newer build: a migration it applied is not one of [`MIGRATOR`]'s.
 async fn refuse_a_replaced_chain(pool: &PgPool) -> anyhow::Result<()> {
     let ledger: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(pool).await?;
     if !ledger {
@@ -156,13 +156,21 @@ async fn refuse_a_replaced_chain(pool: &PgPool) -> anyhow::Result<()> {
     }
     let applied: Vec<(i64, String)> =
         sqlx::query_as("SELECT version, description FROM _sqlx_migrations").fetch_all(pool).await?;
+    if let Some((_, description)) =
+        applied.iter().find(|(version, description)| *version == 1 && description != "baseline")
+    {
+        anyhow::bail!(
+            "this database was migrated by the migrations the schema's baseline replaced (its first is \
+             {description:?}); recreate it (`make clean`, then `make run`, on the local stack)"
+        );
+    }
     let known = |(version, description): &(i64, String)| {
         MIGRATOR.iter().any(|m| m.version == *version && m.description == *description)
     };
     if let Some((version, description)) = applied.iter().find(|m| !known(m)) {
         anyhow::bail!(
-            "this database was migrated by the migrations the schema's baseline replaced (it applied {version} \
-             {description:?}); recreate it (`make clean`, then `make run`, on the local stack)"
+            "this database has migration {version} {description:?}, which this build does not know: it was \
+             migrated by a newer build of the service; run that build or a newer one"
         );
     }
     Ok(())

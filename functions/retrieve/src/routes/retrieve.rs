@@ -102,6 +102,9 @@ pub async fn retrieve(
         (Some(_), Some(_)) => return Err(ApiError::Unprocessable("give max_chars or max_tokens, not both".into())),
         (chars, tokens) => chars.or(tokens.map(|t| t.saturating_mul(CHARS_PER_TOKEN))),
     };
+    if request.max_chars == Some(0) {
+        return Err(ApiError::Unprocessable("max_chars and max_tokens must be at least 1".into()));
+    }
     Ok(Json(state.retriever.query(request).await?))
 }
 

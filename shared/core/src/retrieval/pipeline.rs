@@ -252,15 +252,20 @@ impl Retriever {
         } else {
             Classification::Model
         };
+        if passive {
+            // Injection is paid for on every turn: nothing rather than the least bad of the unrelated. Before the
+            // ranking, so the places and the taxonomy's fallback go to what is above the floor.
+            candidates.retain(|c| c.cosine_sim.is_none_or(|cosine| cosine >= self.config.passive_floor));
+        }
         let as_of = request.as_of.unwrap_or_else(Utc::now);
         let (mut ranked, fallback_used) =
             self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
-        if passive {
-            // Injection is paid for on every turn: nothing rather than the least bad of the unrelated.
-            ranked.retain(|r| r.cosine_sim.is_none_or(|cosine| cosine >= self.config.passive_floor));
-        }
         lap(&mut timings.rank_ms);
 
+        let mut budget_left = request.max_chars;
+        if let Some(left) = &mut budget_left {
+            ranked.retain(|r| fits(left, &r.memory.content));
+        }
         let profiled: Vec<Uuid> = ranked
             .iter()
             .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
@@ -278,8 +283,8 @@ impl Retriever {
         if let Some(cooling) = &cooling {
             entity_profiles.retain(|p| !cooling.contains(&p.profile.id));
         }
-        if let Some(budget) = request.max_chars {
-            within_budget(budget, &mut ranked, &mut entity_profiles);
+        if let Some(left) = &mut budget_left {
+            entity_profiles.retain(|p| fits(left, &p.profile.content));
         }
         let cooldown_token = session.map(|(session, turn)| {
             let injected = ranked.iter().map(|r| r.memory.id).chain(entity_profiles.iter().map(|p| p.profile.id));
@@ -394,20 +399,15 @@ impl Retriever {
     }
 }
 
-/// Keeps what fits in `budget` characters of content: the memories best first, then the profiles, each left out
-/// when it does not fit (a smaller one after it may).
-fn within_budget(budget: usize, ranked: &mut Vec<RankedMemory>, profiles: &mut Vec<crate::domain::EntityProfile>) {
-    let mut left = budget;
-    let mut fits = |content: &str| {
-        let chars = content.chars().count();
-        let fit = chars <= left;
-        if fit {
-            left -= chars;
-        }
-        fit
-    };
-    ranked.retain(|r| fits(&r.memory.content));
-    profiles.retain(|p| fits(&p.profile.content));
+/// Whether `content` fits in what is `left` of an answer's character budget, taking its share when it does (a
+/// memory or profile that does not fit is left out; a smaller one after it may fit).
+fn fits(left: &mut usize, content: &str) -> bool {
+    let chars = content.chars().count();
+    let fit = chars <= *left;
+    if fit {
+        *left -= chars;
+    }
+    fit
 }
 
 #[cfg(test)]
