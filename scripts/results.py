@@ -124,7 +124,8 @@ def load_saturation(data):
 
 
 def eval_quality(data):
-    modes = ["vector", "keyword", "hybrid", "pipeline", "pipeline-passive", "pipeline-spec"]
+    ran = {m for s in data for m in s["strategies"]}
+    modes = [m for m in ["vector", "keyword", "hybrid", "pipeline", "pipeline-passive", "pipeline-spec"] if m in ran]
     rows = []
     for s in data:
         cells = []
