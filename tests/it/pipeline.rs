@@ -403,22 +403,33 @@ impl WithQuery for RetrievalRequest {
     }
 }
 
+/// The service entity billing-api, mentioned by `memories`, with its profile synthesised as `summary`.
+async fn billing_api_profile(
+    db: &Db,
+    org: Uuid,
+    memories: &[&memory_core::domain::Memory],
+    summary: &'static str,
+) -> memory_core::lifecycle::synthesis::Synthesis {
+    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
+    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
+    for m in memories {
+        memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, move |_| Ok(summary.into())));
+    memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
+        .synthesize_profile(&db.app, org, entity)
+        .await
+        .unwrap()
+}
+
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
 async fn entity_profiles_of_returned_memories_come_with_the_result(opts: PgPoolOptions, conn: PgConnectOptions) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
     let m = memory(org, "billing-api retries webhooks").embedding(axis(0)).insert(&db).await;
     memory(org, "lunch is at noon").embedding(axis(1)).insert(&db).await;
-    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
-    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
-    memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
-    tx.commit().await.unwrap();
-    let llm =
-        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: payments".into())));
-    let profile = memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
-        .synthesize_profile(&db.app, org, entity)
-        .await
-        .unwrap();
+    let profile = billing_api_profile(&db, org, &[&m], "billing-api: payments").await;
 
     let mut req = request(org, RetrievalMode::AgentQuery);
     req.max_results = 1;
@@ -438,18 +449,7 @@ async fn passive_cooldown_withholds_an_injected_entity_profile(opts: PgPoolOptio
     let org = Uuid::now_v7();
     let first = memory(org, "billing-api retries webhooks").embedding(axis(0)).insert(&db).await;
     let second = memory(org, "billing-api deploys on Fridays").embedding(axis(0)).insert(&db).await;
-    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
-    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
-    for m in [&first, &second] {
-        memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
-    }
-    tx.commit().await.unwrap();
-    let llm =
-        Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, |_| Ok("billing-api: payments".into())));
-    let profile = memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
-        .synthesize_profile(&db.app, org, entity)
-        .await
-        .unwrap();
+    let profile = billing_api_profile(&db, org, &[&first, &second], "billing-api: payments").await;
     let profile_id = profile.primary().unwrap().profile.id;
 
     let at = |turn, cooldown_token: Option<String>| {
@@ -503,16 +503,8 @@ async fn an_answer_carries_at_most_its_budget_of_text_profiles_included(opts: Pg
     let org = Uuid::now_v7();
     let fact = "billing-api retries webhooks";
     let m = memory(org, fact).embedding(axis(0)).insert(&db).await;
-    let mut tx = memory_core::store::begin_for_org(&db.admin, org).await.unwrap();
-    let entity = memory_core::store::entities::upsert(&mut *tx, org, "service", "billing-api").await.unwrap();
-    memory_core::store::entities::add_mention(&mut *tx, org, entity, m.id).await.unwrap();
-    tx.commit().await.unwrap();
     let summary = "billing-api: payments";
-    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, move |_| Ok(summary.into())));
-    memory_core::lifecycle::synthesis::EntitySynthesizer::new(llm, None)
-        .synthesize_profile(&db.app, org, entity)
-        .await
-        .unwrap();
+    billing_api_profile(&db, org, &[&m], summary).await;
 
     let r = retriever(&db, probe_embedder(), None);
     for mode in [RetrievalMode::AgentQuery, RetrievalMode::Passive] {

@@ -74,17 +74,7 @@ pub async fn succeed(
     cause: &str,
 ) -> crate::Result<Outcome<Memory>> {
     if let Some(why) = forbids_succeeding(next, previous) {
-        store::held::hold(
-            &mut *tx,
-            previous.organization_id,
-            decider.as_str(),
-            "succeed",
-            previous.id,
-            previous.id,
-            &why,
-        )
-        .await?;
-        return Ok(Outcome::Held(why));
+        return hold(tx, decider, "succeed", previous, previous, why).await;
     }
     let created = transitions::create(&mut *tx, next, derived_from).await?;
     transitions::supersede(&mut *tx, previous.organization_id, previous.id, created.id, cause).await?;

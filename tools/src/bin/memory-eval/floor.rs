@@ -3,15 +3,12 @@
 
 use std::collections::HashMap;
 
-use memory_core::retrieval::{RetrievalMode, RetrievalRequest, Retriever, SessionTurn};
+use memory_core::retrieval::{RetrievalMode, RetrievalRequest, Retriever};
 use memory_tools::stats::Percentiles;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{
-    dataset::{RawQuery, organization_of, project_of},
-    metrics::Metrics,
-};
+use crate::{dataset::RawQuery, metrics::Metrics};
 
 /// What passive injection returned for one query, best first, with no floor.
 pub struct Injected {
@@ -44,15 +41,10 @@ pub async fn inject(
     doc_of: &HashMap<Uuid, String>,
 ) -> anyhow::Result<Injected> {
     let group = group.unwrap_or(query.metadata.group.as_deref());
-    let mut request = RetrievalRequest::new(organization_of(group), RetrievalMode::Passive, query.text.clone());
-    request.project_id = Some(project_of(group));
-    request.session = Some(SessionTurn { session_id: format!("floor/{}", query.id), turn: 1 });
-    request.max_results = depth;
-    request.as_of = query.metadata.asked_at;
-    let mut result = retriever.query(request).await?;
-    result.memories.reverse();
-    let memories = result
-        .memories
+    let session = format!("floor/{}", query.id);
+    let answer =
+        crate::ask(retriever, query, group, RetrievalMode::Passive, &session, depth, query.metadata.asked_at).await?;
+    let memories = answer
         .into_iter()
         .map(|m| (doc_of[&m.memory.id].clone(), m.cosine_sim, m.memory.content.chars().count()))
         .collect();

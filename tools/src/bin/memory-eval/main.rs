@@ -354,6 +354,29 @@ async fn ingest_imported(
     Ok(chunks)
 }
 
+/// The answer of a mode to `query`, asked in `group`'s organisation and project (in passive mode as `session`'s first
+/// turn), at most `k` memories, best first.
+pub async fn ask(
+    retriever: &Retriever,
+    query: &RawQuery,
+    group: Option<&str>,
+    mode: RetrievalMode,
+    session: &str,
+    k: usize,
+    as_of: Option<chrono::DateTime<chrono::Utc>>,
+) -> anyhow::Result<Vec<memory_core::retrieval::RankedMemory>> {
+    let mut request = RetrievalRequest::new(organization_of(group), mode, query.text.clone());
+    request.project_id = Some(project_of(group));
+    if mode == RetrievalMode::Passive {
+        request.session = Some(memory_core::retrieval::SessionTurn { session_id: session.to_string(), turn: 1 });
+    }
+    request.max_results = k;
+    request.as_of = as_of;
+    let mut result = retriever.query(request).await?;
+    result.memories.reverse();
+    Ok(result.memories)
+}
+
 /// The top k memory ids (best first) with their scores.
 async fn run_query(
     retriever: &Retriever,
@@ -366,19 +389,11 @@ async fn run_query(
     let project = project_of(query.metadata.group.as_deref());
     if strategy.starts_with("pipeline") {
         // `pipeline-passive`: passive injection before the next turn (one session per query, its first turn).
-        let passive = strategy == "pipeline-passive";
-        let mode = if passive { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
-        let mut request = RetrievalRequest::new(org, mode, query.text.clone());
-        request.project_id = Some(project);
-        if passive {
-            request.session =
-                Some(memory_core::retrieval::SessionTurn { session_id: format!("{strategy}/{}", query.id), turn: 1 });
-        }
-        request.max_results = k;
-        request.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
-        let mut result = retriever.query(request).await?;
-        result.memories.reverse();
-        return Ok(result.memories.into_iter().map(|m| (m.memory.id, m.score)).collect());
+        let mode = if strategy == "pipeline-passive" { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
+        let as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
+        let session = format!("{strategy}/{}", query.id);
+        let answer = ask(retriever, query, query.metadata.group.as_deref(), mode, &session, k, as_of).await?;
+        return Ok(answer.into_iter().map(|m| (m.memory.id, m.score)).collect());
     }
     // `hybrid-weighted-<w>`: the weighted blend with vector weight w.
     let (fusion, vector_weight) = match strategy.strip_prefix("hybrid-weighted-") {
