@@ -6,7 +6,7 @@ ORG ?= 0a000000-0000-4000-8000-000000000001
 AGENT ?=
 SCOPE ?=
 
-.PHONY: help run stop scan import-repo import-bench admin psql events smoke soak clean test fuzz package stack token lint fmt bench load eval eval-all realtalk madial code-eval
+.PHONY: help run stop scan import-repo import-bench admin psql events smoke soak clean test fuzz package stack token lint fmt bench load eval eval-all fit realtalk madial code-eval
 
 help:
 	@echo "make run    start the local stack, migrate, load the demo corpus, serve the API on 127.0.0.1, run the workers"
@@ -28,6 +28,7 @@ help:
 	@echo "make load [LOAD_ARGS='--load-clients 64 --http-seconds 30']   the API and MCP at saturation: a 100,000-memory tenant's flood beside a quiet tenant"
 	@echo "make eval DATASET=<dir> [EVAL_ARGS='--run-dir out']      retrieval quality on a BEIR-layout dataset"
 	@echo "make eval-all [EVAL_ARGS=...]    the four shapes: SciFact, REALTALK, MADial-Bench, code; one summary (.local/eval-all.md)"
+	@echo "make fit        fit the learned ranking on the four shapes (shared/core/src/retrieval/ranker.json), with the leave-one-shape-out table"
 	@echo "make code-eval [EVAL_ARGS=...]   code retrieval only: documented functions of chrono (Rust) and jinja2 (Python) as queries, and of serde_json imported as make import-repo imports it"
 	@echo "make madial     convert ../shared/data/madial-bench/en to .local/madial-beir (then make eval DATASET=.local/madial-beir)"
 	@echo "make realtalk   convert ../shared/data/realtalk to .local/realtalk-beir (then make eval DATASET=.local/realtalk-beir)"
@@ -116,6 +117,10 @@ madial:
 
 eval-all:
 	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh
+
+# The learned ranking's weights, fitted on every shape of the development suite (a reviewed file).
+fit:
+	@EVAL_STRATEGIES=pipeline EVAL_ARGS="--fit shared/core/src/retrieval/ranker.json $(EVAL_ARGS)" scripts/eval-all.sh
 
 code-eval:
 	@EVAL_ARGS="$(EVAL_ARGS)" scripts/eval-all.sh chrono jinja2 serde_json

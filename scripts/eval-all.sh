@@ -3,8 +3,8 @@
 #   scripts/eval-all.sh [SET...]   sets: scifact realtalk madial chrono jinja2 serde_json (default: all)
 # Documents (SciFact), conversation turns (REALTALK), fact-shaped memories (MADial-Bench) and code (chrono, jinja2
 # converted chunk by chunk; serde_json imported whole as `make import-repo` imports a repository: its ingest messages,
-# doc comments, Markdown and tests included), each under .local/ and evaluated by one memory-eval run. EVAL_ARGS is
-# passed on.
+# doc comments, Markdown and tests included), each under .local/ and evaluated by one memory-eval run, which also
+# scores the learned ranking fitted on the other shapes (--leave-one-shape-out). EVAL_ARGS is passed on.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
@@ -69,4 +69,4 @@ done
 
 # shellcheck disable=SC2086 # EVAL_ARGS is a list of flags
 exec "$bin/memory-eval" "${datasets[@]}" --strategies "$STRATEGIES" \
-    --summary .local/eval-all.md --json .local/eval-all.json ${EVAL_ARGS:-}
+    --leave-one-shape-out --summary .local/eval-all.md --json .local/eval-all.json ${EVAL_ARGS:-}

@@ -150,11 +150,27 @@ def passive_floor(data):
     return table(header, rows)
 
 
+def loso_table(data):
+    """`data`: memory-eval's leave-one-shape-out list (`.local/eval-all.loso.json`)."""
+    rows = [[h["shape"], h["set"], f"{h['today'][0]:.4f}", f"{h['learned'][0]:.4f} ({h['learned'][0] - h['today'][0]:+.4f})",
+             f"{h['today'][1]:.4f}", f"{h['learned'][1]:.4f} ({h['learned'][1] - h['today'][1]:+.4f})"] for h in data]
+    shapes = {}
+    for h in data:
+        shapes.setdefault(h["shape"], []).append(h)
+    mean = [sum(sum(h[k][i] for h in hs) / len(hs) for hs in shapes.values()) / len(shapes)
+            for k in ("today", "learned") for i in (0, 1)]
+    rows.append(["mean of shapes", "", f"{mean[0]:.4f}", f"{mean[2]:.4f} ({mean[2] - mean[0]:+.4f})",
+                 f"{mean[1]:.4f}", f"{mean[3]:.4f} ({mean[3] - mean[1]:+.4f})"])
+    header = ["held-out shape", "set", "relevance nDCG@10", "learned nDCG@10", "relevance R@10", "learned R@10"]
+    return table(header, rows)
+
+
 RENDERERS = {
     "bench": {"latency": bench_latency, "parts": bench_parts, "query-path": bench_query_path, "all": bench_all},
     "load": {"saturation": load_saturation},
     "eval": {"quality": eval_quality},
     "floor": {"passive": passive_floor},
+    "loso": {"held-out": loso_table},
 }
 
 

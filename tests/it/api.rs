@@ -118,11 +118,31 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert_eq!(result["fallback_used"], false);
         assert!(result["entity_profiles"].is_array());
         assert_eq!(result["degraded"], false);
+        assert!(result["memories"][0].get("explanation").is_none(), "explained only when asked");
     }
     let tool = json!({"query": QUERY});
     let (status, result) = api.call("POST", "/v1/tools/memory.query", Some(&t), Some(tool.to_string())).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(result["memories"][0]["memory"]["id"], m.id.to_string());
+
+    // Asked to explain: each memory's ranking features by name (the learned model's contributions only when it
+    // ranks).
+    let asked = [
+        ("/v1/retrieve", json!({"mode": "agent_query", "query": QUERY, "explain": true})),
+        ("/v1/tools/memory.query", json!({"query": QUERY, "explain": true})),
+    ];
+    for (route, body) in asked {
+        let (status, result) = api.call("POST", route, Some(&t), Some(body.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "{result}");
+        let explanation = &result["memories"][0]["explanation"];
+        let features = explanation["features"].as_object().expect("features");
+        let names: Vec<&str> = features.keys().map(String::as_str).collect();
+        let mut expected = memory_core::retrieval::learned::NAMES.to_vec();
+        expected.sort();
+        assert_eq!(names, expected, "{route}");
+        assert_eq!(features["cosine_of_the_nearest"], 1.0, "{route}: the nearest neighbour itself");
+        assert!(explanation.get("contributions").is_none(), "{route}: the relevance formula ranked");
+    }
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]

@@ -470,3 +470,38 @@ async fn a_question_that_says_a_functions_name_in_its_own_words_gets_that_functi
         }
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_learned_ranking_orders_by_its_score_and_explains_it_as_the_sum_of_the_features_shares(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::retrieval::{learned::RANKER, ranking::RankingFormula};
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let query = "zephyr rollout";
+    let answer = memory(org, "the zephyr rollout needs a canary first")
+        .embedding(vector_with_similarity(0.8, 3))
+        .insert(&db)
+        .await;
+    for (n, text) in
+        ["lunch is at noon", "the office is closed on friday", "a rollout of the new chairs"].iter().enumerate()
+    {
+        memory(org, text).embedding(vector_with_similarity(0.3, 4 + n)).insert(&db).await;
+    }
+    let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
+    let config = RetrievalConfig { ranking: RankingFormula::Learned, ..RetrievalConfig::default() };
+    let retriever = Retriever::new(db.app.clone(), embedder, None, config);
+
+    let mut asked = request(org, RetrievalMode::AgentQuery, query);
+    asked.explain = true;
+    let result = retriever.query(asked).await.unwrap();
+    assert_eq!(result.memories.last().map(|m| m.memory.id), Some(answer.id), "{:?}", ids(&result));
+    let scores: Vec<f64> = result.memories.iter().map(|m| m.score).collect();
+    assert!(scores.windows(2).all(|w| w[0] <= w[1]), "most relevant last: {scores:?}");
+    for m in &result.memories {
+        let explanation = m.explanation.as_ref().expect("asked to explain");
+        let logit = RANKER.bias + explanation.contributions.as_ref().expect("the model ranked").values().sum::<f64>();
+        assert!((m.score - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-9, "{} {logit}", m.score);
+    }
+}

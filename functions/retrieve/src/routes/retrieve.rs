@@ -43,6 +43,10 @@ pub struct RetrieveBody {
     pub max_chars: Option<usize>,
     /// The same budget in tokens, counted as four characters each (one of `max_chars` and `max_tokens`).
     pub max_tokens: Option<usize>,
+    /// Each memory carries `explanation`: its ranking features and, with the learned ranking, each one's share of
+    /// its score.
+    #[serde(default)]
+    pub explain: bool,
 }
 
 /// Characters a token is counted as in `max_tokens`.
@@ -61,6 +65,9 @@ pub struct MemoryQueryInput {
     /// Also superseded and archived memories, each with its status and successor (`superseded_by`).
     #[serde(default)]
     pub include_archive: bool,
+    /// Each memory carries `explanation`: why it ranked where it did.
+    #[serde(default)]
+    pub explain: bool,
 }
 
 #[utoipa::path(
@@ -98,6 +105,7 @@ pub async fn retrieve(
     }
     request.cooldown_token = body.cooldown_token;
     request.include_archive = body.include_archive;
+    request.explain = body.explain;
     request.max_chars = match (body.max_chars, body.max_tokens) {
         (Some(_), Some(_)) => return Err(ApiError::Unprocessable("give max_chars or max_tokens, not both".into())),
         (chars, tokens) => chars.or(tokens.map(|t| t.saturating_mul(CHARS_PER_TOKEN))),
@@ -134,5 +142,6 @@ pub(crate) async fn memory_query(
     request.task_id = input.task_id;
     request.max_results = input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
     request.include_archive = input.include_archive;
+    request.explain = input.explain;
     Ok(state.retriever.query(request).await?)
 }

@@ -19,6 +19,8 @@ pub struct Found {
     pub rrf: f64,
     /// Both branches' evidence in [0, 1] ([`super::fusion::relevance`]).
     pub relevance: f64,
+    /// What else Stage 1 says about it, for the learned ranking.
+    pub signals: super::learned::Signals,
 }
 
 /// Stage 1's output and what went wrong on the way.

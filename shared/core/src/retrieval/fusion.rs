@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{found::Found, named_symbol::QueryWords};
+use super::{found::Found, learned::Signals, named_symbol::QueryWords};
 use crate::{domain::Memory, store::branches::BranchRow};
 
 /// RRF's smoothing constant.
@@ -207,13 +207,22 @@ pub fn fuse(
     let from_code = answered_from_code(by_id.values().map(|c| &c.memory));
     let standing_blend =
         if from_code { StandingBlend::for_code(&cosines, &bm25) } else { StandingBlend::of(&cosines, &bm25) };
-    let names = from_code.then(|| QueryWords::of(text));
+    let words = QueryWords::of(text);
+    let names = from_code.then_some(&words);
     let relative = |keyword_score: f64| Some(keyword_score / best_keyword).filter(|_| best_keyword > 0.0);
     // The keyword-led blend's score for a candidate the keyword list does not hold: the list's last row's when the
     // list is full (it may have had no room for the candidate), none otherwise.
     let last_keyword = keyword_scores.iter().copied().reduce(f64::min).filter(|_| keyword_list_full);
     let unlisted = last_keyword.and_then(relative);
     let evidence = Evidence { embedded, keyword_matched: best_keyword > 0.0 };
+    let (cosine_spread, bm25_spread) = (Spread::of(&cosines), Spread::of(&bm25));
+    let vector_standing = match (cosine_spread, bm25_spread) {
+        (Some(c), Some(k)) if c.standing + k.standing > 0.0 => c.standing / (c.standing + k.standing),
+        (Some(_), None) => 1.0,
+        (None, Some(_)) => 0.0,
+        _ => 0.5,
+    };
+    let nearest_cosine = cosine_spread.map_or(0.0, |c| c.max);
     let mut candidates: Vec<Found> = by_id
         .into_values()
         .map(|mut c| {
@@ -223,9 +232,19 @@ pub fn fuse(
                 Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
                 None => relevance(evidence, c.cosine_sim, c.keyword_relative.or(unlisted)),
             };
-            if let Some(names) = &names {
+            if let Some(names) = names {
                 c.relevance = names.pulled(c.relevance, &c.memory);
             }
+            let in_range =
+                |spread: Option<Spread>, score: Option<f64>| spread.zip(score).map_or(0.0, |(s, v)| s.scaled(v));
+            c.signals = Signals {
+                cosine_in_range: in_range(cosine_spread, c.vector_rank.and(c.cosine_sim)),
+                keyword_in_range: in_range(bm25_spread, c.keyword_rank.and(c.keyword_score).map(bm25_of)),
+                vector_standing,
+                nearest_cosine,
+                answered_from_code: from_code,
+                name_said: words.share_of_name(&c.memory).unwrap_or(0.0),
+            };
             c
         })
         .collect();
@@ -246,6 +265,7 @@ fn candidate(row: BranchRow, vector_rank: Option<usize>, keyword_rank: Option<us
         keyword_relative: None,
         rrf: 0.0,
         relevance: 0.0,
+        signals: Signals::default(),
     }
 }
 

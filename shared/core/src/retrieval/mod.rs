@@ -7,6 +7,7 @@ pub mod distinct;
 pub mod found;
 pub mod fusion;
 pub mod keyword;
+pub mod learned;
 pub mod mention;
 pub mod named_symbol;
 mod pipeline;

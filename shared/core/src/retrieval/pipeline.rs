@@ -1,18 +1,18 @@
 //! `Retriever::query`: the four-stage pipeline of the three retrieval modes.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use uuid::Uuid;
 
 use super::{
-    Classification, RankedMemory, RetrievalConfig, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
+    Classification, RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
     cooldown_token,
     found::Found,
     mention::parse_mentions,
-    ranking,
+    ranking::{self, Ranking},
     stage1::{self, BranchSettings},
     taxonomy::Taxonomy,
-    time_anchor::{self, TimeAnchor},
+    time_anchor,
 };
 use crate::store::{self, ReadFilter, SearchFilters, branches::BranchExtras};
 
@@ -56,37 +56,18 @@ pub struct StageTimings {
     pub candidates: usize,
 }
 
-impl Retriever {
-    /// Stages 3 and 4 as the pipeline runs them for a query `text` classified under `classified`: the subtree
-    /// filter with its fallback, then the ranking (named dates taken from the text). The second value says whether
-    /// the fallback was used.
-    fn rank(
-        &self,
-        taxonomy: &Taxonomy,
-        classified: &[Uuid],
-        candidates: &[Found],
-        text: &str,
-        as_of: DateTime<Utc>,
-        max_results: usize,
-    ) -> (Vec<RankedMemory>, bool) {
-        let anchors = time_anchor::named(text);
-        filter_and_rank(&self.config, taxonomy, classified, candidates, &anchors, as_of, max_results)
-    }
-}
-
 /// Stages 3 and 4: keeps the candidates tagged within the classified subtrees and ranks them, falling back to
 /// all candidates when too few remain or the best of them is weak (the second value says so). No classes: all
 /// candidates, no fallback.
 fn filter_and_rank(
-    config: &RetrievalConfig,
+    ranking: Ranking<'_>,
+    min_top_score: f64,
     taxonomy: &Taxonomy,
     classified: &[Uuid],
     candidates: &[Found],
-    anchors: &[TimeAnchor],
-    as_of: DateTime<Utc>,
     max_results: usize,
 ) -> (Vec<RankedMemory>, bool) {
-    let rank = |subset: &[&Found]| ranking::rank(config.ranking, &config.weights, subset, anchors, as_of, max_results);
+    let rank = |subset: &[&Found]| ranking::rank(ranking, subset, max_results);
     let everything: Vec<&Found> = candidates.iter().collect();
     if classified.is_empty() {
         return (rank(&everything), false);
@@ -99,12 +80,12 @@ fn filter_and_rank(
         // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
         // by itself send the query to the fallback (only then is the subset ranked a second time; the spec's
         // formula ignores dates).
-        let best = if anchors.is_empty() || config.ranking == ranking::RankingFormula::Spec {
+        let best = if ranking.anchors.is_empty() || ranking.formula == ranking::RankingFormula::Spec {
             ranked.first().map(|top| top.score)
         } else {
-            ranking::rank(config.ranking, &config.weights, &in_subtree, &[], as_of, 1).first().map(|top| top.score)
+            ranking::rank(Ranking { anchors: &[], ..ranking }, &in_subtree, 1).first().map(|top| top.score)
         };
-        if best.is_some_and(|score| score >= config.min_top_score) {
+        if best.is_some_and(|score| score >= min_top_score) {
             return (ranked, false);
         }
     }
@@ -257,9 +238,22 @@ impl Retriever {
             // ranking, so the places and the taxonomy's fallback go to what is above the floor.
             candidates.retain(|c| c.cosine_sim.is_none_or(|cosine| cosine >= self.config.passive_floor));
         }
-        let as_of = request.as_of.unwrap_or_else(Utc::now);
-        let (mut ranked, fallback_used) =
-            self.rank(&taxonomy, &classified, &candidates, &text, as_of, request.max_results);
+        let anchors = time_anchor::named(&text);
+        let ranking = Ranking {
+            formula: self.config.ranking,
+            weights: &self.config.weights,
+            anchors: &anchors,
+            as_of: request.as_of.unwrap_or_else(Utc::now),
+            explain: request.explain,
+        };
+        let (mut ranked, fallback_used) = filter_and_rank(
+            ranking,
+            self.config.min_top_score,
+            &taxonomy,
+            &classified,
+            &candidates,
+            request.max_results,
+        );
         lap(&mut timings.rank_ms);
 
         let mut budget_left = request.max_chars;

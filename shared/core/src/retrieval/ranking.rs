@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     RankedMemory,
     found::Found,
+    learned::{Explanation, Features, RANKER},
     time_anchor::{TimeAnchor, of_the_time},
 };
 use crate::domain::{MemoryType, TrustLevel};
@@ -35,6 +36,9 @@ pub enum RankingFormula {
     /// and by [`OFF_TIME_PENALTY`] for a memory not of a date the query names.
     #[default]
     Relevance,
+    /// The probability of an answer, by the logistic model fitted on the development suite over each candidate's
+    /// features ([`super::learned`]).
+    Learned,
 }
 
 impl std::str::FromStr for RankingFormula {
@@ -43,7 +47,8 @@ impl std::str::FromStr for RankingFormula {
         match s {
             "spec" => Ok(Self::Spec),
             "relevance" => Ok(Self::Relevance),
-            other => Err(format!("expected spec or relevance, not {other:?}")),
+            "learned" => Ok(Self::Learned),
+            other => Err(format!("expected spec, relevance or learned, not {other:?}")),
         }
     }
 }
@@ -74,16 +79,22 @@ pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence
     weights.cosine * cosine + weights.recency * recency + weights.confidence * confidence
 }
 
+/// How Stage 4 ranks a query's candidates: the formula and its weights, the dates the query names, the time recency
+/// is measured at, and whether each result says why.
+#[derive(Debug, Clone, Copy)]
+pub struct Ranking<'a> {
+    pub formula: RankingFormula,
+    pub weights: &'a RankingWeights,
+    pub anchors: &'a [TimeAnchor],
+    pub as_of: DateTime<Utc>,
+    pub explain: bool,
+}
+
 /// The best `max_results` candidates by composite score, best first, ties broken by id so equal inputs give equal
 /// order. Without a query embedding the keyword score stands in for the cosine.
-pub fn rank(
-    formula: RankingFormula,
-    weights: &RankingWeights,
-    candidates: &[&Found],
-    anchors: &[TimeAnchor],
-    as_of: DateTime<Utc>,
-    max_results: usize,
-) -> Vec<RankedMemory> {
+pub fn rank(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> Vec<RankedMemory> {
+    let Ranking { formula, weights, anchors, as_of, explain } = ranking;
+    let learned = (formula == RankingFormula::Learned).then(|| &*RANKER);
     let mut scored: Vec<(f64, &Found)> = candidates
         .iter()
         .map(|c| {
@@ -99,6 +110,7 @@ pub fn rank(
                     let time = if of_the_time(anchors, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
                     c.relevance * time * (1.0 - NUDGE + NUDGE * share)
                 }
+                RankingFormula::Learned => RANKER.score(&Features::of(c, anchors, as_of)),
             };
             (score, *c)
         })
@@ -112,6 +124,7 @@ pub fn rank(
             memory: c.memory.clone(),
             score,
             cosine_sim: c.cosine_sim,
+            explanation: explain.then(|| Explanation::of(&Features::of(c, anchors, as_of), learned)),
         })
         .collect()
 }
@@ -120,6 +133,15 @@ pub fn rank(
 mod tests {
     use super::*;
     use chrono::Duration;
+
+    fn ranked_by<'a>(
+        formula: RankingFormula,
+        weights: &'a RankingWeights,
+        anchors: &'a [TimeAnchor],
+        as_of: DateTime<Utc>,
+    ) -> Ranking<'a> {
+        Ranking { formula, weights, anchors, as_of, explain: false }
+    }
 
     #[test]
     fn composite_score_matches_the_formula_within_a_thousandth() {
@@ -151,7 +173,7 @@ mod tests {
 
     #[test]
     fn the_relevance_formula_lets_recency_order_near_ties_but_never_bury_the_relevant_one() {
-        let now = Utc::now();
+        let (now, weights) = (Utc::now(), RankingWeights::default());
         let candidate = |relevance: f64, age_days: i64| {
             let mut memory = crate::domain::Memory::test_fixture();
             memory.id = uuid::Uuid::now_v7();
@@ -167,33 +189,31 @@ mod tests {
                 keyword_relative: None,
                 rrf: 0.0,
                 relevance,
+                signals: Default::default(),
             }
         };
         // The best match, eight months old, against a week-old memory that matched less.
         let answer = candidate(0.9, 240);
         let recent = candidate(0.75, 7);
-        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&recent, &answer], &[], now, 2);
+        let ranked = rank(ranked_by(RankingFormula::Relevance, &weights, &[], now), &[&recent, &answer], 2);
         assert_eq!(ranked[0].memory.id, answer.memory.id);
-        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&recent, &answer], &[], now, 2);
+        let spec = rank(ranked_by(RankingFormula::Spec, &weights, &[], now), &[&recent, &answer], 2);
         assert_eq!(spec[0].memory.id, recent.memory.id, "the spec formula lets recency decide here");
         // A query naming a day: the memory of that day outranks a more relevant one of another day; without the
         // date the more relevant one leads.
         let day = (now - Duration::days(30)).date_naive();
         let (of_the_day, other_day) = (candidate(0.7, 30), candidate(0.8, 90));
         let anchors = [TimeAnchor::On(day)];
-        let dated =
-            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&other_day, &of_the_day], &anchors, now, 2);
+        let dated = rank(ranked_by(RankingFormula::Relevance, &weights, &anchors, now), &[&other_day, &of_the_day], 2);
         assert_eq!(dated[0].memory.id, of_the_day.memory.id);
-        let undated =
-            rank(RankingFormula::Relevance, &RankingWeights::default(), &[&other_day, &of_the_day], &[], now, 2);
+        let undated = rank(ranked_by(RankingFormula::Relevance, &weights, &[], now), &[&other_day, &of_the_day], 2);
         assert_eq!(undated[0].memory.id, other_day.memory.id);
-        let spec = rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], &anchors, now, 2);
-        let spec_undated =
-            rank(RankingFormula::Spec, &RankingWeights::default(), &[&other_day, &of_the_day], &[], now, 2);
+        let spec = rank(ranked_by(RankingFormula::Spec, &weights, &anchors, now), &[&other_day, &of_the_day], 2);
+        let spec_undated = rank(ranked_by(RankingFormula::Spec, &weights, &[], now), &[&other_day, &of_the_day], 2);
         assert_eq!(spec[0].score, spec_undated[0].score, "the spec formula ignores dates");
         // Near ties: the newer one first.
         let (old, new) = (candidate(0.8, 240), candidate(0.79, 7));
-        let ranked = rank(RankingFormula::Relevance, &RankingWeights::default(), &[&old, &new], &[], now, 2);
+        let ranked = rank(ranked_by(RankingFormula::Relevance, &weights, &[], now), &[&old, &new], 2);
         assert_eq!(ranked[0].memory.id, new.memory.id);
         assert!(ranked.iter().all(|r| (0.0..=1.0).contains(&r.score)));
     }

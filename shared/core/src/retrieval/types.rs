@@ -64,6 +64,8 @@ pub struct RetrievalRequest {
     /// The most text the answer may carry, in characters of memory and profile content: memories best first, then
     /// their entity profiles, each left out when it does not fit.
     pub max_chars: Option<usize>,
+    /// Each memory carries why it ranked where it did ([`RankedMemory::explanation`]).
+    pub explain: bool,
 }
 
 impl RetrievalRequest {
@@ -84,6 +86,7 @@ impl RetrievalRequest {
             cooldown_token: None,
             include_archive: false,
             max_chars: None,
+            explain: false,
         }
     }
 }
@@ -100,6 +103,9 @@ pub struct RankedMemory {
     pub untrusted: bool,
     /// A file-backed memory whose file changed or is missing since it was last verified.
     pub stale: bool,
+    /// Why it ranked where it did, when the request asked (`explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<super::learned::Explanation>,
 }
 
 /// How the query was classified into the taxonomy (Stage 2).

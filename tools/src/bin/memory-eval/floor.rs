@@ -40,10 +40,10 @@ pub async fn inject(
     depth: usize,
     doc_of: &HashMap<Uuid, String>,
 ) -> anyhow::Result<Injected> {
-    let group = group.unwrap_or(query.metadata.group.as_deref());
     let session = format!("floor/{}", query.id);
-    let answer =
-        crate::ask(retriever, query, group, RetrievalMode::Passive, &session, depth, query.metadata.asked_at).await?;
+    let mut asking = crate::Asking::new(query, RetrievalMode::Passive, &session, depth);
+    asking.group = group.unwrap_or(asking.group);
+    let answer = crate::ask(retriever, query, asking).await?;
     let memories = answer
         .into_iter()
         .map(|m| (doc_of[&m.memory.id].clone(), m.cosine_sim, m.memory.content.chars().count()))

@@ -6,6 +6,7 @@
 
 mod cache;
 mod dataset;
+mod fit;
 mod floor;
 mod metrics;
 
@@ -23,7 +24,7 @@ use memory_core::{
     ingest::{Admission, IngestBatch, Ingestor, MAX_MEMORIES, VERSION},
     retrieval::{
         RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy, fusion::Fusion,
-        ranking::RankingFormula,
+        learned::Features, ranking::RankingFormula,
     },
     store::SearchFilters,
 };
@@ -50,8 +51,8 @@ struct Args {
     #[arg(long, required = true)]
     dataset: Vec<PathBuf>,
     /// Comma-separated: vector, keyword, hybrid (RRF), hybrid-weighted-<w> (the weighted blend, vector weight w),
-    /// pipeline (the configured Stage 4 formula, agent_query), pipeline-spec, pipeline-relevance, pipeline-passive
-    /// (passive injection).
+    /// pipeline (the configured Stage 4 formula, agent_query), pipeline-spec, pipeline-relevance, pipeline-learned,
+    /// pipeline-passive (passive injection).
     #[arg(long, default_value = "vector,keyword,hybrid,pipeline,pipeline-spec", value_delimiter = ',')]
     strategies: Vec<String>,
     /// Depth of each ranking (at most 100).
@@ -83,6 +84,18 @@ struct Args {
     /// `--passive-floors`: questions about nothing the organisation holds.
     #[arg(long)]
     foreign: Option<PathBuf>,
+    /// Also rank each set's Stage 1 candidates (as `pipeline-relevance` finds them) by the learned model fitted on
+    /// the other shapes (documents, conversation, facts, code), and print that table beside today's ranking.
+    #[arg(long)]
+    leave_one_shape_out: bool,
+    /// Fit the learned ranking on every set given and write it here (`shared/core/src/retrieval/ranker.json`);
+    /// implies `--leave-one-shape-out`.
+    #[arg(long)]
+    fit: Option<PathBuf>,
+    /// Write the candidates `--leave-one-shape-out` collects here (JSON lines: set, shape, judgements, and each
+    /// candidate's document, score today and features), for study outside.
+    #[arg(long)]
+    features_out: Option<PathBuf>,
     /// The model directory (default MEMORY_MODEL_DIR).
     #[arg(long, env = "MEMORY_MODEL_DIR")]
     model_dir: PathBuf,
@@ -96,6 +109,8 @@ struct Evaluated {
     queries: usize,
     strategies: Vec<(String, Metrics)>,
     passive_floors: Vec<floor::AtFloor>,
+    /// Its judged queries' candidates with their features, for `--leave-one-shape-out` and `--fit`.
+    collected: Option<fit::Collected>,
 }
 
 #[tokio::main]
@@ -119,10 +134,30 @@ async fn main() -> anyhow::Result<()> {
             .collect();
         std::fs::write(path, serde_json::to_string_pretty(&sets)?)?;
     }
-    let table = summary(&evaluated);
-    if evaluated.len() > 1 {
-        println!("\n{table}");
+    let mut table = summary(&evaluated);
+    let collected: Vec<fit::Collected> = evaluated.into_iter().filter_map(|e| e.collected).collect();
+    if let Some(path) = &args.features_out {
+        fit::write(&collected, path)?;
     }
+    if !collected.is_empty() {
+        let held = fit::leave_one_shape_out(&collected);
+        table.push_str(&format!(
+            "\nLeave one shape out: the learned ranking fitted on the other shapes, against today's ranking of the \
+             same candidates:\n\n{}",
+            fit::table(&held)
+        ));
+        if let Some(path) = &args.json {
+            std::fs::write(path.with_extension("loso.json"), serde_json::to_string_pretty(&held)?)?;
+        }
+    }
+    if let Some(path) = &args.fit {
+        let sets: Vec<&fit::Collected> = collected.iter().collect();
+        let data: Vec<String> = collected.iter().map(|c| format!("{} ({} queries)", c.set, c.queries.len())).collect();
+        let fitted = format!("memory-eval --fit at {} on {}", git_head(), data.join(", "));
+        std::fs::write(path, serde_json::to_string_pretty(&fit::fit(&sets, fitted))? + "\n")?;
+        eprintln!("wrote the learned ranking to {}", path.display());
+    }
+    println!("\n{table}");
     if let Some(path) = &args.summary {
         std::fs::write(path, table)?;
     }
@@ -249,6 +284,7 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         ("pipeline", with_formula(None)),
         ("pipeline-spec", with_formula(Some(RankingFormula::Spec))),
         ("pipeline-relevance", with_formula(Some(RankingFormula::Relevance))),
+        ("pipeline-learned", with_formula(Some(RankingFormula::Learned))),
         ("pipeline-passive", with_formula(None)),
         (
             "pipeline-passive-unfloored",
@@ -327,7 +363,37 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
         passive_floors = floor::study(&args.passive_floors, &own, &foreign);
         floor::print(&name, &passive_floors);
     }
-    Ok(Evaluated { name, path: dataset.to_path_buf(), documents, queries: qrels.len(), strategies, passive_floors })
+    let mut collected = None;
+    if args.leave_one_shape_out || args.fit.is_some() || args.features_out.is_some() {
+        let today = &retrievers["pipeline-relevance"];
+        let mut judged = Vec::new();
+        for (qid, relevant) in &qrels {
+            let query = &queries[qid];
+            let session = format!("features/{qid}");
+            let mut asking = Asking::new(query, RetrievalMode::AgentQuery, &session, args.k);
+            asking.as_of = query.metadata.asked_at.map(|at| at + args.asked_at_offset.unwrap_or_default());
+            asking.explain = true;
+            let candidates = ask(today, query, asking)
+                .await?
+                .into_iter()
+                .map(|m| {
+                    let explanation = m.explanation.expect("asked to explain");
+                    (doc_of[&m.memory.id].clone(), Features::from_named(&explanation.features), m.score)
+                })
+                .collect();
+            judged.push(fit::Judged { candidates, relevant: relevant.clone() });
+        }
+        collected = Some(fit::Collected { shape: fit::shape_of(&name), set: name.clone(), queries: judged });
+    }
+    Ok(Evaluated {
+        name,
+        path: dataset.to_path_buf(),
+        documents,
+        queries: qrels.len(),
+        strategies,
+        passive_floors,
+        collected,
+    })
 }
 
 /// Ingests an import's messages (`code-to-beir --as-imported`) as the ingest worker applies them, into the default
@@ -354,17 +420,42 @@ async fn ingest_imported(
     Ok(chunks)
 }
 
-/// The answer of a mode to `query`, asked in `group`'s organisation and project (in passive mode as `session`'s first
-/// turn), at most `k` memories, best first.
+/// The commit the tool runs at (`unknown` outside a clone).
+fn git_head() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or_else(|| "unknown".into(), |out| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// How a mode is asked a query: in `group`'s organisation and project (in passive mode as `session`'s first turn), at
+/// most `k` memories, recency as of `as_of`, each result explained when `explain`.
+pub struct Asking<'a> {
+    pub group: Option<&'a str>,
+    pub mode: RetrievalMode,
+    pub session: &'a str,
+    pub k: usize,
+    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    pub explain: bool,
+}
+
+impl<'a> Asking<'a> {
+    /// In the query's own group, at its `asked_at`, unexplained.
+    pub fn new(query: &'a RawQuery, mode: RetrievalMode, session: &'a str, k: usize) -> Self {
+        let group = query.metadata.group.as_deref();
+        Self { group, mode, session, k, as_of: query.metadata.asked_at, explain: false }
+    }
+}
+
+/// The answer of a mode to `query`, best first.
 pub async fn ask(
     retriever: &Retriever,
     query: &RawQuery,
-    group: Option<&str>,
-    mode: RetrievalMode,
-    session: &str,
-    k: usize,
-    as_of: Option<chrono::DateTime<chrono::Utc>>,
+    asking: Asking<'_>,
 ) -> anyhow::Result<Vec<memory_core::retrieval::RankedMemory>> {
+    let Asking { group, mode, session, k, as_of, explain } = asking;
     let mut request = RetrievalRequest::new(organization_of(group), mode, query.text.clone());
     request.project_id = Some(project_of(group));
     if mode == RetrievalMode::Passive {
@@ -372,6 +463,7 @@ pub async fn ask(
     }
     request.max_results = k;
     request.as_of = as_of;
+    request.explain = explain;
     let mut result = retriever.query(request).await?;
     result.memories.reverse();
     Ok(result.memories)
@@ -390,9 +482,10 @@ async fn run_query(
     if strategy.starts_with("pipeline") {
         // `pipeline-passive`: passive injection before the next turn (one session per query, its first turn).
         let mode = if strategy == "pipeline-passive" { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
-        let as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
         let session = format!("{strategy}/{}", query.id);
-        let answer = ask(retriever, query, query.metadata.group.as_deref(), mode, &session, k, as_of).await?;
+        let mut asking = Asking::new(query, mode, &session, k);
+        asking.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
+        let answer = ask(retriever, query, asking).await?;
         return Ok(answer.into_iter().map(|m| (m.memory.id, m.score)).collect());
     }
     // `hybrid-weighted-<w>`: the weighted blend with vector weight w.
