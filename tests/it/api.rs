@@ -143,6 +143,15 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert_eq!(features["cosine_of_the_nearest"], 1.0, "{route}: the nearest neighbour itself");
         assert!(explanation.get("contributions").is_none(), "{route}: the relevance formula ranked");
     }
+
+    // As of a past time: what was active then; before the memory was written, nothing.
+    let (now, before) = (chrono::Utc::now().to_rfc3339(), m.created_at - chrono::Duration::seconds(1));
+    for (as_of, expected) in [(now, 1), (before.to_rfc3339(), 0)] {
+        let body = json!({"mode": "agent_query", "query": QUERY, "as_of": as_of});
+        let (status, result) = api.call("POST", "/v1/retrieve", Some(&t), Some(body.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "{result}");
+        assert_eq!(result["memories"].as_array().unwrap().len(), expected, "as of {as_of}");
+    }
 }
 
 #[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
@@ -268,6 +277,30 @@ async fn client_mistakes_get_4xx_json_errors(opts: PgPoolOptions, conn: PgConnec
             "/v1/retrieve".into(),
             Some(t.clone()),
             Some(json!({"mode": "agent_query", "query": QUERY, "cooldown_token": "from a passive answer"}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "passive", "query": QUERY, "session_id": "s", "turn": 1, "as_of": "2026-01-01T00:00:00Z"}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "as_of": "last tuesday"}).to_string()),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/retrieve".into(),
+            Some(t.clone()),
+            Some(json!({"mode": "agent_query", "query": QUERY, "as_of": "2999-01-01T00:00:00Z"}).to_string()),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request",
         ),

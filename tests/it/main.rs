@@ -2,6 +2,7 @@
 //! database per test), moto, and the real MiniLM weights.
 
 mod api;
+mod as_of;
 mod aws;
 mod bedrock;
 mod embedder;

@@ -27,6 +27,8 @@ pub struct ReadFilter {
     any_project_or_task: bool,
     /// Retrieval of the archive too: superseded and archived memories beside the active, unexpired ones.
     history: bool,
+    /// Retrieval as the store stood then: the memories active and unexpired at that time instead of now.
+    active_at: Option<DateTime<Utc>>,
 }
 
 impl ReadFilter {
@@ -50,7 +52,15 @@ impl ReadFilter {
             include_inactive: false,
             any_project_or_task: false,
             history: false,
+            active_at: None,
         }
+    }
+
+    /// The same, admitting the memories that were active and unexpired at `at` (and not forgotten since) instead of
+    /// those that are now.
+    pub fn at(mut self, at: DateTime<Utc>) -> Self {
+        self.active_at = Some(at);
+        self
     }
 
     /// The same, also admitting superseded and archived memories (`include_archive`; never passive injection).
@@ -72,6 +82,7 @@ impl ReadFilter {
             include_inactive: true,
             any_project_or_task: true,
             history: true,
+            active_at: None,
         }
     }
 
@@ -83,7 +94,16 @@ impl ReadFilter {
     /// Appends the predicate over alias `m`: organisation, active, not expired, readable scope, sensitivity.
     pub fn push_sql(&self, qb: &mut QueryBuilder<'_, Postgres>) {
         qb.push("m.organization_id = ").push_bind(self.organization_id);
-        if !self.include_inactive {
+        if let (Some(at), false) = (self.active_at, self.include_inactive) {
+            qb.push(" AND m.status <> 'forgotten' AND (m.expires_at IS NULL OR m.expires_at > ")
+                .push_bind(at)
+                .push(") AND EXISTS (SELECT 1 FROM memory_active_period p WHERE p.organization_id = m.organization_id")
+                .push(" AND p.memory_id = m.id AND p.active_from <= ")
+                .push_bind(at)
+                .push(" AND (p.active_until IS NULL OR p.active_until > ")
+                .push_bind(at)
+                .push("))");
+        } else if !self.include_inactive {
             let current = "m.status = 'active' AND (m.expires_at IS NULL OR m.expires_at > now())";
             if self.history {
                 qb.push(format!(" AND (m.status IN ('superseded', 'archived') OR ({current}))"));
@@ -179,6 +199,9 @@ pub struct SearchFilters {
     /// Also superseded and archived memories, each with its status and successor (`superseded_by`).
     #[serde(default)]
     pub include_archive: bool,
+    /// The memories as they were active at this time (RFC 3339), their chains cut there; not with
+    /// `include_archive`.
+    pub as_of: Option<DateTime<Utc>>,
 }
 
 /// The longest text filter (a path prefix, a repository), in bytes.
@@ -284,6 +307,7 @@ mod tests {
             include_inactive: false,
             any_project_or_task: false,
             history: false,
+            active_at: None,
         }
     }
 

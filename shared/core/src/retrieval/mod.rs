@@ -1,6 +1,7 @@
 //! The retrieval pipeline (scope filter → taxonomy classification → subtree filter → ranking) and the strategy
 //! searches of MEM-004, behind one [`Retriever`].
 
+pub mod as_of;
 pub mod cooldown;
 pub mod cooldown_token;
 pub mod distinct;

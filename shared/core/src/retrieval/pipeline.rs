@@ -146,6 +146,12 @@ impl Retriever {
         if request.include_archive && request.mode == RetrievalMode::Passive {
             return Err(crate::Error::validation("passive injection never includes the archive"));
         }
+        if let Some(at) = request.active_at {
+            if request.mode == RetrievalMode::Passive {
+                return Err(crate::Error::validation("passive injection is about now; as_of is for the other modes"));
+            }
+            super::as_of::check(at, request.include_archive)?;
+        }
         if let Some(session) = &request.session
             && session.session_id.len() > super::MAX_SESSION_ID_BYTES
         {
@@ -293,6 +299,10 @@ impl Retriever {
             cooldown_token::encode(&self.cooldown_key, &session, &entries)
         });
 
+        if let Some(at) = request.active_at {
+            ranked.iter_mut().for_each(|r| super::as_of::as_it_was(&mut r.memory, at));
+            entity_profiles.iter_mut().for_each(|p| super::as_of::as_it_was(&mut p.profile, at));
+        }
         // Injection order: most relevant closest to the turn boundary, i.e. last.
         ranked.reverse();
         let result = RetrievalResult {
@@ -346,6 +356,9 @@ impl Retriever {
         let mut scope = ReadFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
         if request.include_archive {
             scope = scope.with_history();
+        }
+        if let Some(at) = request.active_at {
+            scope = scope.at(at);
         }
         Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))
     }

@@ -49,6 +49,10 @@ impl Retriever {
         if request.filters.include_archive {
             scope = scope.with_history();
         }
+        if let Some(at) = request.filters.as_of {
+            super::as_of::check(at, request.filters.include_archive)?;
+            scope = scope.at(at);
+        }
         let mut degraded = Vec::new();
 
         let mut hits = if request.strategy == Strategy::Metadata {
@@ -86,6 +90,9 @@ impl Retriever {
             degraded.push("entity_profiles_failed".into());
         }
         hits.truncate(request.max_results);
+        if let Some(at) = request.filters.as_of {
+            hits.iter_mut().for_each(|h| super::as_of::as_it_was(&mut h.memory, at));
+        }
         Ok(SearchResult {
             hits,
             strategy: request.strategy,

@@ -66,6 +66,8 @@ pub struct RetrievalRequest {
     pub max_chars: Option<usize>,
     /// Each memory carries why it ranked where it did ([`RankedMemory::explanation`]).
     pub explain: bool,
+    /// The memories as they were active at this time ([`super::as_of`]); None: now. Not in passive mode.
+    pub active_at: Option<DateTime<Utc>>,
 }
 
 impl RetrievalRequest {
@@ -87,6 +89,7 @@ impl RetrievalRequest {
             include_archive: false,
             max_chars: None,
             explain: false,
+            active_at: None,
         }
     }
 }
