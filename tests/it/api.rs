@@ -119,6 +119,8 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert!(result["entity_profiles"].is_array());
         assert_eq!(result["degraded"], false);
         assert!(result["memories"][0].get("explanation").is_none(), "explained only when asked");
+        assert_eq!(result["record"]["ranking_digest"].as_str().map(str::len), Some(16), "{result}");
+        assert_eq!(result["record"]["service_version"], env!("CARGO_PKG_VERSION"));
     }
     let tool = json!({"query": QUERY});
     let (status, result) = api.call("POST", "/v1/tools/memory.query", Some(&t), Some(tool.to_string())).await;

@@ -15,7 +15,7 @@ use memory_core::{
         forget::{ForgetSelector, forget},
     },
     llm::{InvocationPurpose, ScriptedLlm},
-    retrieval::{RetrievalMode, RetrievalRequest, Retriever, SearchRequest, Strategy},
+    retrieval::{RetrievalMode, RetrievalRequest, RetrievalResult, Retriever, SearchRequest, Strategy},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
@@ -30,10 +30,15 @@ async fn moment() -> DateTime<Utc> {
     at
 }
 
-async fn contents_at(retriever: &Retriever, org: Uuid, at: Option<DateTime<Utc>>) -> Vec<String> {
+/// The answer as of `at` (recency measured from it too, as the API asks).
+async fn answer_at(retriever: &Retriever, org: Uuid, at: Option<DateTime<Utc>>) -> RetrievalResult {
     let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, QUERY);
-    request.active_at = at;
-    let result = retriever.query(request).await.unwrap();
+    (request.as_of, request.active_at) = (at, at);
+    retriever.query(request).await.unwrap()
+}
+
+async fn contents_at(retriever: &Retriever, org: Uuid, at: Option<DateTime<Utc>>) -> Vec<String> {
+    let result = answer_at(retriever, org, at).await;
     if at.is_some() {
         for m in &result.memories {
             assert_eq!(m.memory.status, MemoryStatus::Active, "as it was then");
@@ -73,6 +78,9 @@ async fn as_of_a_past_time_retrieval_answers_with_the_memories_active_then(
     let contradicted = ContradictionDetector::new(everything_contradicts()).check(&db.app, org, thursday.id).await;
     assert_eq!(contradicted.unwrap().len(), 1);
     let second = moment().await;
+    let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
+    let retriever = retriever(&db, embedder, None);
+    let answered_then = answer_at(&retriever, org, Some(second)).await;
 
     // A merge of the two port memories; the freeze expires; the key memory is forgotten.
     let llm = Arc::new(
@@ -84,8 +92,6 @@ async fn as_of_a_past_time_retrieval_answers_with_the_memories_active_then(
     tokio::time::sleep((soon - Utc::now()).to_std().unwrap_or_default()).await;
     assert_eq!(forget(&db.app, org, &ForgetSelector::Memories(vec![secret.id])).await.unwrap(), 1);
 
-    let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
-    let retriever = retriever(&db, embedder, None);
     let at_first = contents_at(&retriever, org, Some(first)).await;
     assert_eq!(
         at_first,
@@ -108,6 +114,15 @@ async fn as_of_a_past_time_retrieval_answers_with_the_memories_active_then(
         ],
         "Tuesday superseded, the merge not yet made"
     );
+    // Replayed after the merge, the expiry and the forget, with its record and time: the same answer, but for the
+    // memory forgotten since.
+    let replayed = answer_at(&retriever, org, Some(second)).await;
+    assert_eq!(replayed.record, answered_then.record);
+    let listed = |r: &RetrievalResult| r.memories.iter().map(|m| (m.memory.id, m.score)).collect::<Vec<_>>();
+    let mut expected = listed(&answered_then);
+    assert!(expected.iter().any(|(id, _)| *id == secret.id), "the key memory was answered then");
+    expected.retain(|(id, _)| *id != secret.id);
+    assert_eq!(listed(&replayed), expected);
     let now = contents_at(&retriever, org, None).await;
     assert_eq!(now, ["billing-api deploys on Thursdays", "billing-api listens on port 8080 over TLS"]);
     assert_eq!(contents_at(&retriever, org, Some(Utc::now())).await, now, "as of now is now");

@@ -197,3 +197,31 @@ mod dimension {
         assert_eq!(store::embedding_dimension(&db.app).await.unwrap(), 384);
     }
 }
+
+#[tokio::test]
+async fn the_weights_digest_names_the_model_files_once_loaded_and_changes_with_them() {
+    let dir = std::env::temp_dir().join(format!("minilm-digest-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(integration_tests::model_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        std::os::unix::fs::symlink(&path, dir.join(path.file_name().unwrap())).unwrap();
+    }
+    let model = embed::MiniLm::new(&dir).unwrap();
+    assert_eq!(model.weights_digest(), None, "not loaded yet");
+    model.warm_up().await.unwrap();
+    let digest = model.weights_digest().expect("loaded");
+    assert_eq!(digest.len(), 64);
+    assert!(digest.chars().all(|c| c.is_ascii_hexdigit()));
+    minilm().warm_up().await.unwrap();
+    assert_eq!(minilm().weights_digest(), Some(digest.clone()), "the same files, the same digest");
+
+    // Another tokenizer beside the same graph: another digest.
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let mut tokenizer = std::fs::read(integration_tests::model_dir().join("tokenizer.json")).unwrap();
+    tokenizer.push(b'\n');
+    std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
+    let changed = embed::MiniLm::new(&dir).unwrap();
+    changed.warm_up().await.unwrap();
+    assert_ne!(changed.weights_digest(), Some(digest));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -42,6 +42,8 @@ struct Loaded {
     tokenizer: Tokenizer,
     /// The tensors and the packed-matrix container the sessions share.
     _weights: SharedWeights,
+    /// SHA-256 of the files that make the embedding: the graph, its tensors, the tokenizer.
+    digest: String,
 }
 
 impl Loaded {
@@ -147,6 +149,7 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
         .map_err(|e| EmbedError::Load(e.to_string()))?;
     tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
     let model = dir.join("model.onnx");
+    let digest = digest_of(dir)?;
     let weights = SharedWeights::load(dir)?;
     let options = || -> ort::Result<SessionBuilder> {
         Ok(Session::builder(environment)?
@@ -165,7 +168,27 @@ fn load(dir: &Path, sessions: usize) -> Result<Loaded, EmbedError> {
     // Whether or not every session was built, packing is over.
     weights.release_pages();
     let idle = idle?;
-    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights })
+    Ok(Loaded { idle: Mutex::new(idle), permits: Semaphore::new(sessions), tokenizer, _weights: weights, digest })
+}
+
+/// SHA-256 over the model directory's files by name (the configuration, the graph, its tensors, the tokenizer), the
+/// runtime library and hidden files aside; streamed, not held.
+fn digest_of(dir: &Path) -> Result<String, EmbedError> {
+    use sha2::{Digest, Sha256};
+    let listed = std::fs::read_dir(dir).map_err(|e| load_error(dir, e))?;
+    let mut paths: Vec<PathBuf> = listed.filter_map(|entry| entry.ok().map(|e| e.path())).collect();
+    paths.retain(|p| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        p.is_file() && !name.starts_with('.') && name != RUNTIME_LIBRARY
+    });
+    paths.sort();
+    let mut hasher = Sha256::new();
+    for path in paths {
+        hasher.update(path.file_name().expect("a file").as_encoded_bytes());
+        let mut file = std::fs::File::open(&path).map_err(|e| load_error(&path, e))?;
+        std::io::copy(&mut file, &mut hasher).map_err(|e| load_error(&path, e))?;
+    }
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// Texts per pass: as many passes as sessions, or a multiple of them, all of about one size, so no session idles
@@ -231,6 +254,10 @@ impl Embedder for MiniLm {
 
     fn model_id(&self) -> &str {
         "sentence-transformers/all-MiniLM-L6-v2"
+    }
+
+    fn weights_digest(&self) -> Option<String> {
+        self.loaded.get().map(|loaded| loaded.digest.clone())
     }
 
     /// Loads the model and runs a first pass on every session (one text per session: one pass each).

@@ -34,6 +34,11 @@ pub trait Embedder: Send + Sync {
     fn dimension(&self) -> usize;
     /// A stable name of the model (recorded for reproducibility).
     fn model_id(&self) -> &str;
+    /// A digest of the weights the model runs with (SHA-256, hex), once loaded; None for a model served elsewhere
+    /// (its id names its version).
+    fn weights_digest(&self) -> Option<String> {
+        None
+    }
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
 
     /// Prepares the model (loads it, runs one pass) so the first request does not pay for it. A no-op for a

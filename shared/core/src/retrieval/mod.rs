@@ -14,6 +14,7 @@ pub mod named_symbol;
 mod pipeline;
 pub mod query_cache;
 pub mod ranking;
+pub mod record;
 mod search;
 mod settings;
 pub mod stage1;
@@ -67,6 +68,8 @@ pub struct Retriever {
     text_search_config: String,
     /// The projects' repositories, for the repository tools (None: this deployment has none).
     repositories: Option<RepositoryTools>,
+    /// [`record::ranking_digest`] of `config`.
+    ranking_digest: String,
 }
 
 impl Retriever {
@@ -79,9 +82,20 @@ impl Retriever {
             llm_timeout: crate::config::DEFAULT_REQUEST_LLM_TIMEOUT,
             cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
             cooldown_key: cooldown_token::TokenKey::random(),
+            ranking_digest: record::ranking_digest(&config),
             config,
             text_search_config: "memory_text".into(),
             repositories: None,
+        }
+    }
+
+    /// What this retriever's answers are made with, now.
+    pub fn record(&self) -> record::AnswerRecord {
+        record::AnswerRecord {
+            embedding_model: self.embedder.model_id().to_string(),
+            weights_digest: self.embedder.weights_digest(),
+            ranking_digest: self.ranking_digest.clone(),
+            service_version: record::SERVICE_VERSION.to_string(),
         }
     }
 

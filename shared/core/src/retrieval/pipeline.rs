@@ -124,6 +124,10 @@ impl Retriever {
             results = result.memories.len(),
             degraded = result.degraded,
             degraded_reasons = ?result.degraded_reasons,
+            embedding_model = result.record.embedding_model,
+            weights_digest = result.record.weights_digest,
+            ranking_digest = result.record.ranking_digest,
+            service_version = result.record.service_version,
             "retrieval"
         );
         Ok((result, timings))
@@ -314,6 +318,7 @@ impl Retriever {
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
             cooldown_token,
+            record: self.record(),
         };
         Ok((result, timings))
     }

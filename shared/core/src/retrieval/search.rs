@@ -98,6 +98,7 @@ impl Retriever {
             strategy: request.strategy,
             degraded: !degraded.is_empty(),
             degraded_reasons: degraded,
+            record: self.record(),
         })
     }
 

@@ -141,6 +141,8 @@ pub struct RetrievalResult {
     /// withholds what this one returned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown_token: Option<String>,
+    /// What the answer was made with.
+    pub record: super::record::AnswerRecord,
 }
 
 /// Search strategies of MEM-004.
@@ -225,4 +227,6 @@ pub struct SearchResult {
     pub strategy: Strategy,
     pub degraded: bool,
     pub degraded_reasons: Vec<String>,
+    /// What the answer was made with.
+    pub record: super::record::AnswerRecord,
 }
