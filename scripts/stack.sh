@@ -58,6 +58,22 @@ prepare_model() {
     echo "$want" >"$dir/.stamp"
 }
 
+# The browser the console's test drives: Debian's chromium, installed when missing and we are root; otherwise the
+# one MEMORY_CHROMIUM names or PATH holds.
+CHROMIUM="${MEMORY_CHROMIUM:-$(command -v chromium || true)}"
+ensure_chromium() {
+    [[ -n "$CHROMIUM" && -x "$CHROMIUM" ]] && return
+    if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+        log "installing chromium (the console's browser test)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null ||
+            { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+        CHROMIUM="$(command -v chromium)"
+    else
+        log "no chromium: install Debian's chromium package, or set MEMORY_CHROMIUM to a Chromium binary"
+        exit 1
+    fi
+}
+
 site_packages() { "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
 # Runs a command as the unprivileged PostgreSQL user (or as ourselves when we are not root).
@@ -209,6 +225,7 @@ export MEMORY_MODEL_DIR=$LOCAL/model
 export MEMORY_PG_BIN=$PG_BIN
 export MEMORY_CFN_LINT=$VENV/bin/cfn-lint
 export MEMORY_PYTHON=$VENV/bin/python
+export MEMORY_CHROMIUM=$CHROMIUM
 export MEMORY_PG_PORT=$PG_PORT
 export MEMORY_MOTO_PORT=$MOTO_PORT
 export MEMORY_BIND=${MEMORY_BIND:-127.0.0.1:8787}
@@ -221,10 +238,12 @@ case "${1:-}" in
 install)
     install_python_packages
     prepare_model
+    ensure_chromium
     ;;
 up)
     install_python_packages
     prepare_model
+    ensure_chromium
     start_postgres
     start_moto
     write_env

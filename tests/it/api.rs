@@ -119,6 +119,7 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert!(result["entity_profiles"].is_array());
         assert_eq!(result["degraded"], false);
         assert!(result["memories"][0].get("explanation").is_none(), "explained only when asked");
+        assert!(result.get("trace").is_none(), "traced only when asked");
         assert_eq!(result["record"]["ranking_digest"].as_str().map(str::len), Some(16), "{result}");
         assert_eq!(result["record"]["service_version"], env!("CARGO_PKG_VERSION"));
     }
@@ -144,6 +145,9 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert_eq!(names, expected, "{route}");
         assert_eq!(features["cosine_of_the_nearest"], 1.0, "{route}: the nearest neighbour itself");
         assert!(explanation.get("contributions").is_none(), "{route}: the relevance formula ranked");
+        assert_eq!(explanation["vector"]["rank"], 1, "{route}");
+        assert_eq!(result["trace"]["candidates"]["fused"], 1, "{route}");
+        assert!(result["trace"]["blend"]["kind"].is_string(), "{route}");
     }
 
     // As of a past time: what was active then; before the memory was written, nothing.

@@ -5,6 +5,7 @@ mod api;
 mod as_of;
 mod aws;
 mod bedrock;
+mod console;
 mod embedder;
 mod events;
 mod expiry;

@@ -505,3 +505,54 @@ async fn the_learned_ranking_orders_by_its_score_and_explains_it_as_the_sum_of_t
         assert!((m.score - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-9, "{} {logit}", m.score);
     }
 }
+
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn an_explained_answer_says_how_each_memory_was_found_and_counts_what_each_rule_left_out(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::retrieval::fusion::Blend;
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let query = "zephyr rollout canary";
+    let answer = memory(org, "the zephyr rollout needs a canary first")
+        .embedding(vector_with_similarity(0.8, 3))
+        .insert(&db)
+        .await;
+    memory(org, "the zephyr rollout needs a canary first!")
+        .embedding(vector_with_similarity(0.79, 4))
+        .insert(&db)
+        .await;
+    memory(org, "lunch is at noon").embedding(vector_with_similarity(0.5, 5)).insert(&db).await;
+    memory(org, "the office is closed on friday").embedding(vector_with_similarity(0.05, 6)).insert(&db).await;
+    let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
+
+    let mut asked = request(org, RetrievalMode::Passive, query);
+    asked.explain = true;
+    let first = retriever.query(asked.clone()).await.unwrap();
+    let trace = first.trace.as_ref().expect("asked to explain");
+    assert_eq!((trace.candidates.vector, trace.candidates.fused), (4, 4), "{trace:?}");
+    assert!(trace.candidates.keyword >= 2, "{trace:?}");
+    assert_eq!(trace.excluded.passive_floor, 1, "the office memory is below the floor");
+    assert_eq!(trace.excluded.near_duplicates, 1, "the repeat of the answer");
+    assert_eq!((trace.excluded.cooldown, trace.excluded.taxonomy, trace.excluded.budget), (0, 0, 0));
+    assert!(matches!(trace.blend, Blend::KeywordLed { .. } | Blend::Standing { .. }), "{:?}", trace.blend);
+    let best = first.memories.last().unwrap();
+    assert_eq!(best.memory.id, answer.id);
+    let explanation = best.explanation.as_ref().unwrap();
+    let vector = explanation.vector.expect("a neighbour");
+    assert_eq!(vector.rank, 1);
+    assert!((vector.score - 0.8).abs() < 1e-3 && vector.in_range == 1.0, "{vector:?}");
+    assert_eq!(explanation.keyword.expect("matched").rank, 1);
+    assert_eq!(explanation.fused_rank, 1);
+    assert!(explanation.of_the_named_time.is_none());
+
+    // The next turn: the answer and the memory injected beside it are cooling down.
+    asked.session.as_mut().unwrap().turn = 2;
+    let second = retriever.query(asked.clone()).await.unwrap();
+    assert_eq!(second.trace.unwrap().excluded.cooldown, first.memories.len());
+    // Unasked, nothing of it.
+    asked.explain = false;
+    let unexplained = retriever.query(asked).await.unwrap();
+    assert!(unexplained.trace.is_none() && unexplained.memories.iter().all(|m| m.explanation.is_none()));
+}

@@ -16,7 +16,8 @@ use self::catalogue::Tool;
 use crate::{AppState, error::ApiError};
 
 pub fn router() -> Router<AppState> {
-    Router::new()
+    let console = system::console_paths().fold(Router::new(), |router, path| router.route(path, get(system::console)));
+    console
         .route("/healthz", get(system::healthz))
         .route("/v1/tools", get(catalogue::tools))
         .route("/v1/retrieve", post(retrieve::retrieve))

@@ -25,3 +25,34 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<Health>, ApiE
     })?;
     Ok(Json(Health { status: "ok".into() }))
 }
+
+/// The console's files: a static page over this API, built into the binary (no build step, no runtime of its own).
+const CONSOLE: [(&str, &str, &str); 3] = [
+    ("/console", "text/html; charset=utf-8", include_str!("../../console/index.html")),
+    ("/console.js", "text/javascript; charset=utf-8", include_str!("../../console/console.js")),
+    ("/console.css", "text/css; charset=utf-8", include_str!("../../console/console.css")),
+];
+
+/// The paths the console is served at.
+pub fn console_paths() -> impl Iterator<Item = &'static str> {
+    CONSOLE.iter().map(|(path, ..)| *path)
+}
+
+/// `GET /console` and its script and style: same-origin only (the page calls this API with the token pasted into
+/// it, which never leaves the tab's session storage but in the calls' `Authorization` header).
+pub async fn console(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::{http::header, response::IntoResponse};
+    let Some((_, content_type, body)) = CONSOLE.iter().find(|(path, ..)| *path == uri.path()) else {
+        return ApiError::NotFound("no such route".into()).into_response();
+    };
+    (
+        [
+            (header::CONTENT_TYPE, *content_type),
+            (header::CONTENT_SECURITY_POLICY, "default-src 'self'; style-src 'self'; frame-ancestors 'none'"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        *body,
+    )
+        .into_response()
+}

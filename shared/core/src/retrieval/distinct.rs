@@ -67,7 +67,17 @@ fn jaccard<T: Eq + std::hash::Hash>(a: &HashSet<T>, b: &HashSet<T>) -> f64 {
 /// The first `limit` items, best first, without any whose span overlaps a better one's or whose words nearly
 /// repeat a better one's.
 pub fn distinct<T>(ranked: impl IntoIterator<Item = T>, memory: impl Fn(&T) -> &Memory, limit: usize) -> Vec<T> {
+    distinct_counted(ranked, memory, limit).0
+}
+
+/// [`distinct`], and how many it left out as repeats before it had `limit`.
+pub fn distinct_counted<T>(
+    ranked: impl IntoIterator<Item = T>,
+    memory: impl Fn(&T) -> &Memory,
+    limit: usize,
+) -> (Vec<T>, usize) {
     let mut kept: Vec<(T, Said)> = Vec::new();
+    let mut repeats_left_out = 0;
     for item in ranked {
         if kept.len() == limit {
             break;
@@ -79,11 +89,13 @@ pub fn distinct<T>(ranked: impl IntoIterator<Item = T>, memory: impl Fn(&T) -> &
             (None, None) => s.nearly_repeats(&said),
             _ => overlapping(k, m),
         };
-        if !kept.iter().any(|(k, s)| repeats(memory(k), s)) {
+        if kept.iter().any(|(k, s)| repeats(memory(k), s)) {
+            repeats_left_out += 1;
+        } else {
             kept.push((item, said));
         }
     }
-    kept.into_iter().map(|(item, _)| item).collect()
+    (kept.into_iter().map(|(item, _)| item).collect(), repeats_left_out)
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub struct Found {
     /// The keyword score relative to the best keyword match of this query (1 for the best), when matched.
     pub keyword_relative: Option<f64>,
     pub rrf: f64,
+    /// Its place among the candidates by `rrf` (1 for the first).
+    pub fused_rank: usize,
     /// Both branches' evidence in [0, 1] ([`super::fusion::relevance`]).
     pub relevance: f64,
     /// What else Stage 1 says about it, for the learned ranking.
@@ -26,6 +28,8 @@ pub struct Found {
 /// Stage 1's output and what went wrong on the way.
 pub struct FoundSet {
     pub candidates: Vec<Found>,
+    /// How the branches were blended.
+    pub blend: super::fusion::Blend,
     pub degraded_reasons: Vec<String>,
     /// How long each branch took (they run concurrently) and their fusion, in milliseconds.
     pub vector_ms: f64,

@@ -163,6 +163,29 @@ impl StandingBlend {
     }
 }
 
+/// How a query's candidates were blended from the two branches (what `explain` reports).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Blend {
+    /// [`relevance`]: the keyword score relative to the query's best, the cosine weighing `vector_weight`.
+    KeywordLed { vector_weight: f64 },
+    /// [`StandingBlend::of`]: both branches scaled to their rows, weighed by how far each one's best stands out.
+    Standing { vector_weight: f64 },
+    /// [`StandingBlend::for_code`]: a question answered from source code.
+    Code { vector_weight: f64 },
+    /// Only the vector branch had evidence (no keyword matched).
+    VectorOnly,
+    /// Only the keyword branch had evidence (the query was not embedded).
+    KeywordOnly,
+}
+
+/// Stage 1's candidates, best fused first, and how they were blended.
+#[derive(Debug, Clone)]
+pub struct Fused {
+    pub candidates: Vec<Found>,
+    pub blend: Blend,
+}
+
 /// Weighted linear blend of a cosine similarity and a keyword score, each already in [0, 1].
 pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -> f64 {
     let w = vector_weight.clamp(0.0, 1.0);
@@ -175,13 +198,7 @@ pub fn weighted(cosine: Option<f64>, keyword: Option<f64>, vector_weight: f64) -
 /// that long may have left out memories that match as well as its last row, so in the keyword-led blend a candidate
 /// it does not hold counts that row's keyword score rather than none: across the evaluation sets nDCG@10 the same or
 /// up to 0.001 higher, Recall@50 the same or 0.013-0.089 higher (docs/experiments.md).
-pub fn fuse(
-    vector_rows: Vec<BranchRow>,
-    keyword_rows: Vec<BranchRow>,
-    text: &str,
-    depth: usize,
-    kept: usize,
-) -> Vec<Found> {
+pub fn fuse(vector_rows: Vec<BranchRow>, keyword_rows: Vec<BranchRow>, text: &str, depth: usize, kept: usize) -> Fused {
     let keyword_list_full = keyword_rows.len() >= depth;
     let mut by_id: HashMap<Uuid, Found> = HashMap::new();
     for (rank, row) in vector_rows.into_iter().enumerate() {
@@ -250,7 +267,17 @@ pub fn fuse(
         .collect();
     candidates.sort_by(|a, b| b.rrf.total_cmp(&a.rrf).then(a.memory.id.cmp(&b.memory.id)));
     candidates.truncate(kept);
-    candidates
+    for (rank, c) in candidates.iter_mut().enumerate() {
+        c.fused_rank = rank + 1;
+    }
+    let blend = match (&standing_blend, evidence.embedded, evidence.keyword_matched) {
+        (Some(b), ..) if from_code => Blend::Code { vector_weight: b.vector_weight },
+        (Some(b), ..) => Blend::Standing { vector_weight: b.vector_weight },
+        (None, true, true) => Blend::KeywordLed { vector_weight: RELEVANCE_VECTOR_WEIGHT },
+        (None, true, false) => Blend::VectorOnly,
+        (None, false, _) => Blend::KeywordOnly,
+    };
+    Fused { candidates, blend }
 }
 
 fn candidate(row: BranchRow, vector_rank: Option<usize>, keyword_rank: Option<usize>) -> Found {
@@ -264,6 +291,7 @@ fn candidate(row: BranchRow, vector_rank: Option<usize>, keyword_rank: Option<us
         keyword_rank,
         keyword_relative: None,
         rrf: 0.0,
+        fused_rank: 0,
         relevance: 0.0,
         signals: Signals::default(),
     }

@@ -1,13 +1,12 @@
 //! The learned ranking: a candidate's features (what Stage 1 and the query say about it) scored by one logistic
 //! model, fitted by `memory-eval --fit` on the development suite. Its weights are a reviewed file,
 //! [`ranker.json`](ranker.json), with the commit and data they came from; each result's score is the sum of its
-//! features' contributions, which `explain` reports.
+//! features' contributions, which `explain` reports ([`super::trace`]).
 
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::{
     found::Found,
@@ -78,7 +77,7 @@ impl Features {
         ])
     }
 
-    /// The features an [`Explanation`] names (0 for one it lacks).
+    /// The features an explanation names (0 for one it lacks).
     pub fn from_named(named: &std::collections::BTreeMap<String, f64>) -> Self {
         Self(NAMES.map(|name| named.get(name).copied().unwrap_or(0.0)))
     }
@@ -131,24 +130,6 @@ impl Scorer {
     }
 }
 
-/// Why a result ranked where it did: its features, and with the learned ranking each one's share of the score.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct Explanation {
-    /// Each feature's value, by name, in [0, 1].
-    pub features: std::collections::BTreeMap<String, f64>,
-    /// Each feature's share of the learned model's logit (weight × value); the score is σ(bias + their sum).
-    /// Absent when another formula ranked the answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contributions: Option<std::collections::BTreeMap<String, f64>>,
-}
-
-impl Explanation {
-    pub fn of(features: &Features, scorer: Option<&Scorer>) -> Self {
-        let named = |values: [f64; COUNT]| NAMES.iter().map(|n| n.to_string()).zip(values).collect();
-        Self { features: named(features.0), contributions: scorer.map(|s| named(s.contributions(features))) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +148,7 @@ mod tests {
             keyword_rank: keyword_relative.map(|_| 1),
             keyword_relative,
             rrf: 0.0,
+            fused_rank: 1,
             relevance: 0.0,
             signals: Signals { keyword_in_range: keyword_relative.unwrap_or(0.0), ..signals },
         }
@@ -177,11 +159,11 @@ mod tests {
         let scorer = &*RANKER; // panics on a file out of step with NAMES
         let features = Features::of(&found(0.7, 2, Some(0.5)), &[], Utc::now());
         assert!(features.0.iter().all(|v| (0.0..=1.0).contains(v)), "{features:?}");
-        let explained = Explanation::of(&features, Some(scorer));
-        let sum: f64 = explained.contributions.as_ref().unwrap().values().sum();
+        let sum: f64 = scorer.contributions(&features).iter().sum();
         assert!((scorer.score(&features) - 1.0 / (1.0 + (-(scorer.bias + sum)).exp())).abs() < 1e-12);
-        assert_eq!(Features::from_named(&explained.features), features);
-        assert_eq!(explained.features.len(), COUNT);
+        let named: std::collections::BTreeMap<String, f64> =
+            NAMES.iter().map(|n| n.to_string()).zip(features.0).collect();
+        assert_eq!(Features::from_named(&named), features);
     }
 
     #[test]

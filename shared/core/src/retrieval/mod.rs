@@ -21,6 +21,7 @@ pub mod stage1;
 pub mod supersession;
 pub mod taxonomy;
 pub mod time_anchor;
+pub mod trace;
 mod types;
 
 use std::{sync::Arc, time::Duration};

@@ -13,6 +13,7 @@ use super::{
     stage1::{self, BranchSettings},
     taxonomy::Taxonomy,
     time_anchor,
+    trace::{Candidates, Excluded, Trace},
 };
 use crate::store::{self, ReadFilter, SearchFilters, branches::BranchExtras};
 
@@ -40,7 +41,7 @@ pub fn recent_turns(text: &str, words: usize) -> &str {
 
 /// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line,
 /// and what the benchmark reports).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct StageTimings {
     /// The query's embedding and the caller's context (scopes, taxonomy), fetched together.
     pub context_ms: f64,
@@ -56,9 +57,21 @@ pub struct StageTimings {
     pub candidates: usize,
 }
 
+/// What Stages 3 and 4 made of the candidates.
+struct Ranked {
+    memories: Vec<RankedMemory>,
+    /// The taxonomy filter was dropped for every candidate.
+    fallback_used: bool,
+    /// Candidates outside the classified subtrees, when the filter held.
+    outside_taxonomy: usize,
+    /// Candidates left out as repeats of better ones.
+    repeats: usize,
+    /// Candidates ranked (after the taxonomy filter).
+    considered: usize,
+}
+
 /// Stages 3 and 4: keeps the candidates tagged within the classified subtrees and ranks them, falling back to
-/// all candidates when too few remain or the best of them is weak (the second value says so). No classes: all
-/// candidates, no fallback.
+/// all candidates when too few remain or the best of them is weak. No classes: all candidates, no fallback.
 fn filter_and_rank(
     ranking: Ranking<'_>,
     min_top_score: f64,
@@ -66,30 +79,34 @@ fn filter_and_rank(
     classified: &[Uuid],
     candidates: &[Found],
     max_results: usize,
-) -> (Vec<RankedMemory>, bool) {
-    let rank = |subset: &[&Found]| ranking::rank(ranking, subset, max_results);
+) -> Ranked {
+    let rank = |subset: &[&Found], fallback_used: bool| {
+        let (memories, repeats) = ranking::rank_counted(ranking, subset, max_results);
+        let outside_taxonomy = if classified.is_empty() || fallback_used { 0 } else { candidates.len() - subset.len() };
+        Ranked { memories, fallback_used, outside_taxonomy, repeats, considered: subset.len() }
+    };
     let everything: Vec<&Found> = candidates.iter().collect();
     if classified.is_empty() {
-        return (rank(&everything), false);
+        return rank(&everything, false);
     }
     let subtree = taxonomy.subtree(classified);
     let in_subtree: Vec<&Found> =
         candidates.iter().filter(|c| c.taxonomy_node_ids.iter().any(|n| subtree.contains(n))).collect();
     if in_subtree.len() >= MIN_TAXONOMY_MATCHES {
-        let ranked = rank(&in_subtree);
+        let ranked = rank(&in_subtree, false);
         // Whether the subtree's best is strong enough is judged without the named dates, so naming a date does not
         // by itself send the query to the fallback (only then is the subset ranked a second time; the spec's
         // formula ignores dates).
         let best = if ranking.anchors.is_empty() || ranking.formula == ranking::RankingFormula::Spec {
-            ranked.first().map(|top| top.score)
+            ranked.memories.first().map(|top| top.score)
         } else {
             ranking::rank(Ranking { anchors: &[], ..ranking }, &in_subtree, 1).first().map(|top| top.score)
         };
         if best.is_some_and(|score| score >= min_top_score) {
-            return (ranked, false);
+            return ranked;
         }
     }
-    (rank(&everything), true)
+    rank(&everything, true)
 }
 
 impl Retriever {
@@ -196,11 +213,23 @@ impl Retriever {
         let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
         degraded.extend(set.degraded_reasons);
         (timings.vector_ms, timings.keyword_ms, timings.fusion_ms) = (set.vector_ms, set.keyword_ms, set.fusion_ms);
-        let mut candidates = set.candidates;
+        let (mut candidates, blend) = (set.candidates, set.blend);
         // A profile is the summary of its entity, attached under `entity_profiles` to the memories that mention it:
         // it does not compete with them (a long profile shares every word of any question about its entity, and
         // would crowd out the fact that answers it).
-        candidates.retain(|c| c.memory.memory_type != crate::domain::MemoryType::EntityProfile);
+        let counted = Candidates {
+            vector: candidates.iter().filter(|c| c.vector_rank.is_some()).count(),
+            keyword: candidates.iter().filter(|c| c.keyword_rank.is_some()).count(),
+            fused: candidates.len(),
+        };
+        let mut excluded = Excluded::default();
+        let left_out = |candidates: &mut Vec<Found>, keep: &dyn Fn(&Found) -> bool| {
+            let before = candidates.len();
+            candidates.retain(|c| keep(c));
+            before - candidates.len()
+        };
+        excluded.entity_profiles =
+            left_out(&mut candidates, &|c| c.memory.memory_type != crate::domain::MemoryType::EntityProfile);
         timings.candidates = candidates.len();
         lap(&mut timings.branches_ms);
 
@@ -225,7 +254,7 @@ impl Retriever {
             cooling
         });
         if let Some(cooling) = &cooling {
-            candidates.retain(|c| !cooling.contains(&c.memory.id));
+            excluded.cooldown = left_out(&mut candidates, &|c| !cooling.contains(&c.memory.id));
         }
 
         // Stage 2 for the active modes (LLM classification).
@@ -246,7 +275,8 @@ impl Retriever {
         if passive {
             // Injection is paid for on every turn: nothing rather than the least bad of the unrelated. Before the
             // ranking, so the places and the taxonomy's fallback go to what is above the floor.
-            candidates.retain(|c| c.cosine_sim.is_none_or(|cosine| cosine >= self.config.passive_floor));
+            let floor = self.config.passive_floor;
+            excluded.passive_floor = left_out(&mut candidates, &|c| c.cosine_sim.is_none_or(|cosine| cosine >= floor));
         }
         let anchors = time_anchor::named(&text);
         let ranking = Ranking {
@@ -256,7 +286,7 @@ impl Retriever {
             as_of: request.as_of.unwrap_or_else(Utc::now),
             explain: request.explain,
         };
-        let (mut ranked, fallback_used) = filter_and_rank(
+        let stages = filter_and_rank(
             ranking,
             self.config.min_top_score,
             &taxonomy,
@@ -264,11 +294,17 @@ impl Retriever {
             &candidates,
             request.max_results,
         );
+        excluded.taxonomy = stages.outside_taxonomy;
+        excluded.near_duplicates = stages.repeats;
+        excluded.beyond_max_results = stages.considered.saturating_sub(stages.repeats + stages.memories.len());
+        let (mut ranked, fallback_used) = (stages.memories, stages.fallback_used);
         lap(&mut timings.rank_ms);
 
         let mut budget_left = request.max_chars;
         if let Some(left) = &mut budget_left {
+            let before = ranked.len();
             ranked.retain(|r| fits(left, &r.memory.content));
+            excluded.budget = before - ranked.len();
         }
         let profiled: Vec<Uuid> = ranked
             .iter()
@@ -319,6 +355,7 @@ impl Retriever {
             degraded_reasons: degraded,
             cooldown_token,
             record: self.record(),
+            trace: request.explain.then_some(Trace { blend, candidates: counted, excluded, timings_ms: timings }),
         };
         Ok((result, timings))
     }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::{
     RankedMemory,
     found::Found,
-    learned::{Explanation, Features, RANKER},
+    learned::{Features, RANKER},
     time_anchor::{TimeAnchor, of_the_time},
+    trace::Explanation,
 };
 use crate::domain::{MemoryType, TrustLevel};
 
@@ -93,6 +94,11 @@ pub struct Ranking<'a> {
 /// The best `max_results` candidates by composite score, best first, ties broken by id so equal inputs give equal
 /// order. Without a query embedding the keyword score stands in for the cosine.
 pub fn rank(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> Vec<RankedMemory> {
+    rank_counted(ranking, candidates, max_results).0
+}
+
+/// [`rank`], and how many candidates it left out as repeats of better ones.
+pub fn rank_counted(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> (Vec<RankedMemory>, usize) {
     let Ranking { formula, weights, anchors, as_of, explain } = ranking;
     let learned = (formula == RankingFormula::Learned).then(|| &*RANKER);
     let mut scored: Vec<(f64, &Found)> = candidates
@@ -116,7 +122,8 @@ pub fn rank(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> 
         })
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.memory.id.cmp(&b.1.memory.id)));
-    super::distinct::distinct(scored, |(_, c)| &c.memory, max_results)
+    let (kept, repeats) = super::distinct::distinct_counted(scored, |(_, c)| &c.memory, max_results);
+    let ranked = kept
         .into_iter()
         .map(|(score, c)| RankedMemory {
             untrusted: c.memory.provenance.trust_level == TrustLevel::Untrusted,
@@ -124,9 +131,10 @@ pub fn rank(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> 
             memory: c.memory.clone(),
             score,
             cosine_sim: c.cosine_sim,
-            explanation: explain.then(|| Explanation::of(&Features::of(c, anchors, as_of), learned)),
+            explanation: explain.then(|| Explanation::of(c, &ranking, learned)),
         })
-        .collect()
+        .collect();
+    (ranked, repeats)
 }
 
 #[cfg(test)]
@@ -188,6 +196,7 @@ mod tests {
                 keyword_rank: None,
                 keyword_relative: None,
                 rrf: 0.0,
+                fused_rank: 1,
                 relevance,
                 signals: Default::default(),
             }

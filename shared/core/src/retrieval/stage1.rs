@@ -75,9 +75,15 @@ pub async fn gather(
     }
 
     let fusion_started = Instant::now();
-    let candidates =
-        fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion);
-    Ok(FoundSet { candidates, degraded_reasons, vector_ms, keyword_ms, fusion_ms: elapsed_ms(fusion_started) })
+    let fused = fusion::fuse(vector_rows, keyword_rows, text, settings.rows_per_branch, settings.kept_after_fusion);
+    Ok(FoundSet {
+        candidates: fused.candidates,
+        blend: fused.blend,
+        degraded_reasons,
+        vector_ms,
+        keyword_ms,
+        fusion_ms: elapsed_ms(fusion_started),
+    })
 }
 
 /// `work`'s output and how long it took, in milliseconds.

@@ -108,7 +108,7 @@ pub struct RankedMemory {
     pub stale: bool,
     /// Why it ranked where it did, when the request asked (`explain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub explanation: Option<super::learned::Explanation>,
+    pub explanation: Option<super::trace::Explanation>,
 }
 
 /// How the query was classified into the taxonomy (Stage 2).
@@ -143,6 +143,9 @@ pub struct RetrievalResult {
     pub cooldown_token: Option<String>,
     /// What the answer was made with.
     pub record: super::record::AnswerRecord,
+    /// What the request found and left out, when it asked (`explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::trace::Trace>,
 }
 
 /// Search strategies of MEM-004.

@@ -1,0 +1,119 @@
+//! `explain`: why each memory ranked where it did ([`Explanation`]) and what the request found and left out
+//! ([`Trace`]). Built only when asked; a count of what a rule left out never names a memory.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{
+    found::Found,
+    fusion::Blend,
+    learned::{Features, NAMES, Scorer},
+    ranking::{Ranking, recency},
+    time_anchor::of_the_time,
+};
+
+/// One branch's evidence for a memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BranchEvidence {
+    /// Its place in the branch's list (1 for the first).
+    pub rank: usize,
+    /// The branch's score: the cosine, or the keyword score BM25 / (1 + BM25).
+    pub score: f64,
+    /// The score within the range of the branch's rows, in [0, 1].
+    pub in_range: f64,
+}
+
+/// Why a result ranked where it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Explanation {
+    pub vector: Option<BranchEvidence>,
+    pub keyword: Option<BranchEvidence>,
+    /// Its place among Stage 1's candidates by Reciprocal Rank Fusion.
+    pub fused_rank: usize,
+    /// Both branches' evidence as the answer's `trace.blend` combined it, after the pull of a code chunk's name the
+    /// question says: what the relevance formula starts from.
+    pub relevance: f64,
+    /// The share of a code chunk's name the question says.
+    pub name_said: f64,
+    /// Recency (1 new, 0.5 after a half-life) and confidence, which move the relevance formula's score by at most a
+    /// tenth together.
+    pub recency: f64,
+    pub confidence: f64,
+    /// Whether it is of a date the question names; absent when it names none (the relevance formula takes 30% off
+    /// a memory that is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub of_the_named_time: Option<bool>,
+    /// The learned ranking's features, by name, in [0, 1].
+    pub features: BTreeMap<String, f64>,
+    /// Each feature's share of the learned model's logit (weight × value); its score is σ(bias + their sum).
+    /// Absent when another formula ranked the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contributions: Option<BTreeMap<String, f64>>,
+}
+
+impl Explanation {
+    /// `c`'s explanation under `ranking` (`scorer`: the learned model, when it ranked).
+    pub fn of(c: &Found, ranking: &Ranking<'_>, scorer: Option<&Scorer>) -> Self {
+        let features = Features::of(c, ranking.anchors, ranking.as_of);
+        let evidence = |rank: Option<usize>, score: Option<f64>, in_range| {
+            rank.zip(score).map(|(rank, score)| BranchEvidence { rank, score, in_range })
+        };
+        Self {
+            vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
+            keyword: evidence(c.keyword_rank, c.keyword_score, c.signals.keyword_in_range),
+            fused_rank: c.fused_rank,
+            relevance: c.relevance,
+            name_said: c.signals.name_said,
+            recency: recency(c.memory.created_at, ranking.as_of, c.memory.memory_type),
+            confidence: c.memory.confidence,
+            of_the_named_time: (!ranking.anchors.is_empty()).then(|| of_the_time(ranking.anchors, c.memory.created_at)),
+            features: named(features.0),
+            contributions: scorer.map(|s| named(s.contributions(&features))),
+        }
+    }
+}
+
+fn named(values: [f64; super::learned::COUNT]) -> BTreeMap<String, f64> {
+    NAMES.iter().map(|n| n.to_string()).zip(values).collect()
+}
+
+/// What a request found and left out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Trace {
+    /// How the branches were blended.
+    pub blend: Blend,
+    pub candidates: Candidates,
+    pub excluded: Excluded,
+    /// How long each stage took, in milliseconds.
+    pub timings_ms: super::pipeline::StageTimings,
+}
+
+/// Stage 1's rows per branch (inside the caller's scope, sensitivity and expiry, which are never counted), and
+/// the candidates they fused into.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Candidates {
+    pub vector: usize,
+    pub keyword: usize,
+    pub fused: usize,
+}
+
+/// Candidates left out, by the rule that left them out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Excluded {
+    /// Entity profiles: attached to the memories that mention their entity, not ranked.
+    pub entity_profiles: usize,
+    /// Passive mode: injected in the session's last turns.
+    pub cooldown: usize,
+    /// Passive mode: below the relevance floor.
+    pub passive_floor: usize,
+    /// Outside the taxonomy subtrees the question was classified into.
+    pub taxonomy: usize,
+    /// Nearly repeating, or overlapping the span of, a memory ranked above.
+    pub near_duplicates: usize,
+    /// Beyond `max_results`.
+    pub beyond_max_results: usize,
+    /// Over the text budget (`max_chars`, `max_tokens`).
+    pub budget: usize,
+}
