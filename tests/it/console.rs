@@ -118,6 +118,20 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     let (old, new) = (chain.find("on Tuesdays").expect("the old fact"), chain.find("on Thursdays").expect("the new"));
     assert!(old < new, "oldest first: {chain}");
 
+    // The operator's view: a decision a job held, and the same page refused to a token without the scope.
+    let mut tx = memory_core::store::begin_for_org(&db.app, org).await.unwrap();
+    let why = "trust: the newer memory is less trusted";
+    memory_core::store::held::hold(&mut *tx, org, "contradiction", "supersede", thursday.id, tuesday.id, why)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let operator = local_token(org, None, Some("memory:operator"));
+    let page = rendered(&format!("{base}/console#token={operator}&review=1"), "review").await;
+    let held = between(&page, r#"<table id="held">"#, "</table>");
+    assert!(held.contains(why) && held.contains(&thursday.id.to_string()), "{held}");
+    let page = rendered(&format!("{base}/console#token={token}&review=1"), "review-refused").await;
+    assert!(between(&page, r#"<section id="status""#, "</section>").contains("403"), "{page}");
+
     // A wrong token: the API's refusal on the page, no answer.
     let page = rendered(&format!("{base}/console#token=not-a-token&how=mode:agent_query&q=x"), "refused").await;
     assert!(between(&page, r#"<section id="status""#, "</section>").contains("401"), "{page}");

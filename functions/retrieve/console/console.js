@@ -2,6 +2,7 @@
 // State lives in the address's fragment (never sent to the server), so a view can be linked and reloaded:
 //   #how=mode:agent_query&q=...&as_of=2026-12-01T10:00:00Z&n=10   an answer
 //   #memory=<id>                                                   a memory, its provenance and chain
+//   #review=1                                                      held decisions and undecided candidates
 // A `token=` in the fragment is moved to this tab's session storage and taken out of the address.
 "use strict";
 
@@ -137,6 +138,7 @@ async function ask(params) {
   $("max-results").value = max;
   $("answer").hidden = false;
   $("memory").hidden = true;
+  $("review").hidden = true;
   status("asking…");
   let results;
   if (kind === "mode") {
@@ -165,6 +167,7 @@ async function ask(params) {
 
 async function openMemory(id) {
   $("answer").hidden = true;
+  $("review").hidden = true;
   $("memory").hidden = false;
   $("memory-id").textContent = id;
   status("reading…");
@@ -203,6 +206,27 @@ async function openMemory(id) {
   status("");
 }
 
+// ---- review ----
+
+function openButton(id) {
+  return el("button", { class: "open", type: "button", onclick: () => setFragment(new URLSearchParams({ memory: id })) }, id);
+}
+
+async function openReview() {
+  for (const section of ["answer", "memory"]) $(section).hidden = true;
+  $("review").hidden = false;
+  status("reading…");
+  const review = await call("GET", "/v1/review");
+  $("held").tBodies[0].replaceChildren(
+    ...review.held.map((h) =>
+      el("tr", {}, el("td", {}, h.job), el("td", {}, h.action), el("td", {}, openButton(h.memory_id)),
+        el("td", {}, openButton(h.other_memory_id)), el("td", {}, h.reason)),
+    ),
+  );
+  $("undecided").replaceChildren(...review.undecided.map((u) => el("li", {}, openButton(u.id), ` waiting since ${u.since}`)));
+  status(review.held.length || review.undecided.length ? "" : "nothing waits on review");
+}
+
 // ---- wiring ----
 
 async function route() {
@@ -215,6 +239,7 @@ async function route() {
   $("whoami").textContent = token() ? "token set" : "no token";
   try {
     if (params.has("memory")) await openMemory(params.get("memory"));
+    else if (params.has("review")) await openReview();
     else if (params.has("q")) await ask(params);
   } catch (error) {
     status(String(error.message || error));

@@ -20,6 +20,9 @@ use crate::error::ApiError;
 /// Scope that lets a non-agent service (the prompt builder) act for any agent of its organisation.
 pub const ANY_AGENT_SCOPE: &str = "memory:any_agent";
 
+/// Scope that lets a person operating the service read what waits on review in its organisation (`GET /v1/review`).
+pub const OPERATOR_SCOPE: &str = "memory:operator";
+
 /// The claims this service reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Claims {
@@ -71,6 +74,7 @@ pub struct Principal {
     pub organization_id: Uuid,
     pub agent_id: Option<Uuid>,
     pub may_act_for_any_agent: bool,
+    pub operator: bool,
 }
 
 impl Principal {
@@ -84,9 +88,19 @@ impl Principal {
             .transpose()
             .map_err(|_| ApiError::unauthorized("agent_id claim is not a UUID"))?;
         let scopes = claims.scope.as_deref().unwrap_or_default();
-        let may_act_for_any_agent =
-            scopes.split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == ',').any(|s| s == ANY_AGENT_SCOPE);
-        Ok(Self { organization_id, agent_id, may_act_for_any_agent })
+        let has =
+            |scope| scopes.split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == ',').any(|s| s == scope);
+        Ok(Self {
+            organization_id,
+            agent_id,
+            may_act_for_any_agent: has(ANY_AGENT_SCOPE),
+            operator: has(OPERATOR_SCOPE),
+        })
+    }
+
+    /// Refuses a principal without the operator scope.
+    pub fn check_operator(&self) -> Result<(), ApiError> {
+        if self.operator { Ok(()) } else { Err(ApiError::forbidden(format!("this needs the {OPERATOR_SCOPE} scope"))) }
     }
 
     /// Checks an organisation named in a body against the principal's.

@@ -40,7 +40,7 @@ pub async fn hold_unchecked_promotion(
 }
 
 /// A held decision.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct HeldDecision {
     pub job: String,
     pub action: String,

@@ -41,3 +41,16 @@ pub async fn chain(
     let chain = state.retriever.supersession_chain(principal.organization_id, principal.agent_id, id).await?;
     Ok(Json(SupersessionChain { memory_id: id, chain }))
 }
+
+/// What waits on an operator in the caller's organisation: held decisions and undecided candidates. Dead letters
+/// are the queues' (`memory-admin jobs status`), which this function does not reach.
+#[utoipa::path(get, path = "/v1/review",
+    responses((status = 200, body = memory_core::retrieval::review::Review), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn review(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<memory_core::retrieval::review::Review>, ApiError> {
+    principal.check_operator()?;
+    Ok(Json(state.retriever.review(principal.organization_id).await?))
+}

@@ -15,6 +15,7 @@ mod pipeline;
 pub mod query_cache;
 pub mod ranking;
 pub mod record;
+pub mod review;
 mod search;
 mod settings;
 pub mod stage1;
@@ -164,6 +165,20 @@ impl Retriever {
 
     /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
     /// project or task its read scopes admit.
+    /// What waits on an operator in the organisation: decisions held for review, and candidates no check has
+    /// decided after [`review::UNDECIDED_AFTER`] (the console's operator view; `memory-admin jobs status` adds the
+    /// queues).
+    pub async fn review(&self, organization_id: Uuid) -> crate::Result<review::Review> {
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
+        let held = store::held::pending(&mut *tx, organization_id).await?;
+        let waited = review::UNDECIDED_AFTER;
+        let undecided =
+            store::memories::undecided_candidates(&mut *tx, organization_id, waited, review::LISTED as i64).await?;
+        tx.commit().await?;
+        let undecided = undecided.into_iter().map(|(id, since)| review::Undecided { id, since }).collect();
+        Ok(review::Review { held, undecided })
+    }
+
     pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
         let scope =
             ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
