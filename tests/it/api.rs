@@ -150,6 +150,16 @@ async fn retrieve_returns_the_spec_fields_for_each_mode(opts: PgPoolOptions, con
         assert!(result["trace"]["blend"]["kind"].is_string(), "{route}");
     }
 
+    // Search, asked to explain: each hit's branches.
+    let body = json!({"query": QUERY, "strategy": "hybrid", "explain": true});
+    let (status, result) = api.call("POST", "/v1/search", Some(&t), Some(body.to_string())).await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    let explanation = &result["hits"][0]["explanation"];
+    assert_eq!((explanation["vector"]["rank"].clone(), explanation["fused_rank"].clone()), (json!(1), json!(1)));
+    let body = json!({"query": QUERY, "strategy": "hybrid"});
+    let (_, result) = api.call("POST", "/v1/search", Some(&t), Some(body.to_string())).await;
+    assert!(result["hits"][0].get("explanation").is_none());
+
     // As of a past time: what was active then; before the memory was written, nothing.
     let (now, before) = (chrono::Utc::now().to_rfc3339(), m.created_at - chrono::Duration::seconds(1));
     for (as_of, expected) in [(now, 1), (before.to_rfc3339(), 0)] {

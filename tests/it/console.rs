@@ -110,6 +110,11 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     let results = between(&page, r#"<ol id="results">"#, "</ol>");
     assert!(results.contains("billing-api deploys on Tuesdays") && !results.contains("Thursdays"), "{results}");
 
+    // Keyword search: the hit and its evidence in the branch.
+    let page = rendered(&format!("{base}/console#token={token}&how=strategy:keyword&q=Thursdays"), "search").await;
+    let results = between(&page, r#"<ol id="results">"#, "</ol>");
+    assert!(results.contains("billing-api deploys on Thursdays") && results.contains("keyword #1"), "{results}");
+
     // A memory: its provenance and its chain as a timeline.
     let page = rendered(&format!("{base}/console#token={token}&memory={}", tuesday.id), "memory").await;
     let body = between(&page, r#"<div id="memory-body">"#, "</dl>");

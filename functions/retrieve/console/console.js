@@ -75,9 +75,11 @@ function explanationOf(explanation) {
       ? bar(`${name} #${evidence.rank}`, evidence.in_range, 1, `${evidence.score.toFixed(3)}`)
       : [el("span", {}, `${name}`), el("div", { class: "bar" }), el("span", {}, "not found")];
   rows.push(branch("vector", explanation.vector), branch("keyword", explanation.keyword));
-  rows.push(bar("relevance", explanation.relevance));
-  if (explanation.name_said > 0) rows.push(bar("name said", explanation.name_said));
-  rows.push(bar("recency", explanation.recency), bar("confidence", explanation.confidence));
+  if (explanation.relevance !== undefined) {
+    rows.push(bar("relevance", explanation.relevance));
+    if (explanation.name_said > 0) rows.push(bar("name said", explanation.name_said));
+    rows.push(bar("recency", explanation.recency), bar("confidence", explanation.confidence));
+  }
   if (explanation.of_the_named_time !== undefined) {
     rows.push([el("span", {}, "named date"), el("span", {}), el("span", {}, explanation.of_the_named_time ? "of it" : "not of it")]);
   }
@@ -153,8 +155,13 @@ async function ask(params) {
     $("answer-summary").textContent = `${result.memories.length} memories, ${name}${asOf ? `, as of ${asOf}` : ""}`;
   } else {
     const filters = asOf ? { as_of: asOf } : {};
-    const result = await call("POST", "/v1/search", { query, strategy: name, max_results: max, filters });
-    results = result.hits.map((h) => memoryLine(h.memory, h.score, el("div", { class: "meta" }, `match: ${h.match}`)));
+    const result = await call("POST", "/v1/search", { query, strategy: name, max_results: max, filters, explain: true });
+    const branches = (h) => {
+      const e = h.explanation;
+      if (!e) return el("div", { class: "meta" }, `match: ${h.match}${h.hops ? `, ${h.hops} entity hops` : ""}`);
+      return explanationOf({ vector: e.vector, keyword: e.keyword, fused_rank: e.fused_rank });
+    };
+    results = result.hits.map((h) => memoryLine(h.memory, h.score, branches(h)));
     $("trace").replaceChildren(traceOf(result));
     $("profiles").replaceChildren();
     $("answer-summary").textContent = `${result.hits.length} hits, ${name} search${asOf ? `, as of ${asOf}` : ""}`;

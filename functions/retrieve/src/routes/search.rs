@@ -42,6 +42,9 @@ pub struct SearchBody {
     /// Also superseded and archived memories, each with its status and successor (as `filters.include_archive`).
     #[serde(default)]
     pub include_archive: bool,
+    /// Each direct hit carries `explanation`: its rank and score in each branch, and its fused rank.
+    #[serde(default)]
+    pub explain: bool,
 }
 
 #[utoipa::path(
@@ -81,6 +84,7 @@ pub(crate) async fn run(state: &AppState, principal: &Principal, body: SearchBod
         include_graph: body.include_graph,
         max_results: body.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS),
         sensitivity_gate: body.sensitivity_gate,
+        explain: body.explain,
     };
     Ok(state.retriever.search(request).await?)
 }

@@ -97,6 +97,7 @@ pub(crate) async fn search_with(
         include_graph: false,
         max_results: input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS),
         sensitivity_gate: false,
+        explain: false,
     };
     Ok(state.retriever.search(request).await?)
 }

@@ -76,8 +76,11 @@ impl Retriever {
                 stage1::gather(&self.pool, &scope, &request.filters, &request.query, query_vector.as_ref(), &settings)
                     .await?;
             degraded.extend(set.degraded_reasons);
-            let mut hits: Vec<SearchHit> =
-                set.candidates.into_iter().map(|c| scored(c, request.fusion, request.vector_weight)).collect();
+            let mut hits: Vec<SearchHit> = set
+                .candidates
+                .into_iter()
+                .map(|c| scored(c, request.fusion, request.vector_weight, request.explain))
+                .collect();
             sort(&mut hits);
             let mut hits = super::distinct::distinct(hits, |h| &h.memory, request.max_results);
             if request.include_graph || request.strategy == Strategy::Graph {
@@ -182,7 +185,7 @@ fn sort(hits: &mut [SearchHit]) {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.memory.id.cmp(&b.memory.id)));
 }
 
-fn scored(c: Found, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
+fn scored(c: Found, fusion_kind: Fusion, vector_weight: f64, explain: bool) -> SearchHit {
     let match_kind = match (c.vector_rank, c.keyword_rank) {
         (Some(_), Some(_)) => MatchKind::Hybrid,
         (None, Some(_)) => MatchKind::Keyword,
@@ -194,6 +197,7 @@ fn scored(c: Found, fusion_kind: Fusion, vector_weight: f64) -> SearchHit {
         Fusion::Weighted => fusion::weighted(c.vector_rank.and(c.cosine_sim), c.keyword_relative, vector_weight),
     };
     SearchHit {
+        explanation: explain.then(|| super::trace::HitExplanation::of(&c)),
         memory: c.memory,
         score,
         cosine_sim: c.cosine_sim,
@@ -211,5 +215,6 @@ fn hit(row: BranchRow, score: f64, match_kind: MatchKind) -> SearchHit {
         keyword_score: row.keyword_score,
         match_kind,
         hops: None,
+        explanation: None,
     }
 }

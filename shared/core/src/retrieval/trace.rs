@@ -57,9 +57,6 @@ impl Explanation {
     /// `c`'s explanation under `ranking` (`scorer`: the learned model, when it ranked).
     pub fn of(c: &Found, ranking: &Ranking<'_>, scorer: Option<&Scorer>) -> Self {
         let features = Features::of(c, ranking.anchors, ranking.as_of);
-        let evidence = |rank: Option<usize>, score: Option<f64>, in_range| {
-            rank.zip(score).map(|(rank, score)| BranchEvidence { rank, score, in_range })
-        };
         Self {
             vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
             keyword: evidence(c.keyword_rank, c.keyword_score, c.signals.keyword_in_range),
@@ -77,6 +74,29 @@ impl Explanation {
 
 fn named(values: [f64; super::learned::COUNT]) -> BTreeMap<String, f64> {
     NAMES.iter().map(|n| n.to_string()).zip(values).collect()
+}
+
+/// Why a search hit ranked where it did: each branch's evidence and its place among the fused candidates (its
+/// `score` is their RRF sum or weighted blend, as the request's `fusion` says).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HitExplanation {
+    pub vector: Option<BranchEvidence>,
+    pub keyword: Option<BranchEvidence>,
+    pub fused_rank: usize,
+}
+
+impl HitExplanation {
+    pub fn of(c: &Found) -> Self {
+        Self {
+            vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
+            keyword: evidence(c.keyword_rank, c.keyword_score, c.signals.keyword_in_range),
+            fused_rank: c.fused_rank,
+        }
+    }
+}
+
+fn evidence(rank: Option<usize>, score: Option<f64>, in_range: f64) -> Option<BranchEvidence> {
+    rank.zip(score).map(|(rank, score)| BranchEvidence { rank, score, in_range })
 }
 
 /// What a request found and left out.

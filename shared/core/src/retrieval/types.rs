@@ -176,6 +176,8 @@ pub struct SearchRequest {
     pub include_graph: bool,
     pub max_results: usize,
     pub sensitivity_gate: bool,
+    /// Each direct hit carries its branches' evidence ([`SearchHit::explanation`]).
+    pub explain: bool,
 }
 
 impl SearchRequest {
@@ -196,6 +198,7 @@ impl SearchRequest {
             include_graph: false,
             max_results: RetrievalRequest::DEFAULT_MAX_RESULTS,
             sensitivity_gate: false,
+            explain: false,
         }
     }
 }
@@ -221,6 +224,9 @@ pub struct SearchHit {
     pub match_kind: MatchKind,
     /// Entity hops from a direct hit (graph matches only).
     pub hops: Option<u32>,
+    /// Each branch's evidence for a direct hit, when the request asked (`explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<super::trace::HitExplanation>,
 }
 
 /// Search hits, most relevant FIRST.

@@ -512,6 +512,7 @@ async fn run_query(
         include_graph: false,
         max_results: k,
         sensitivity_gate: false,
+        explain: false,
     };
     Ok(retriever.search(request).await?.hits.into_iter().map(|h| (h.memory.id, h.score)).collect())
 }
