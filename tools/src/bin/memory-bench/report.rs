@@ -31,6 +31,9 @@ pub struct SizeReport {
     pub tenant_indexes: usize,
     /// What was read into shared buffers before timing (the relations retrieval reads), unless `--no-prewarm`.
     pub prewarmed_mb: Option<f64>,
+    /// End to end on the same probes without and with `explain`, alternating which goes first.
+    pub unexplained_ms: Percentiles,
+    pub explained_ms: Percentiles,
 }
 
 /// One loopback HTTP run against the real retrieve server.
@@ -133,6 +136,10 @@ pub fn print_row(r: &SizeReport) {
         r.load_s,
         r.index_s,
         r.tenant_indexes,
+    );
+    println!(
+        "{:>9} memories | explain off / on, p50 {:.2} / {:.2} ms, p95 {:.2} / {:.2} ms",
+        r.memories, r.unexplained_ms.p50, r.explained_ms.p50, r.unexplained_ms.p95, r.explained_ms.p95
     );
 }
 

@@ -100,14 +100,18 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     // End to end, and each stage as the pipeline itself timed it in the same requests (passive, 20 results).
     let (mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![]);
     let mut stages: Vec<StageTimings> = Vec::new();
-    for i in 0..e2e_probes.len() {
-        let probe = &e2e_probes[i];
-        let t = Instant::now();
+    let request_of = |probe: &Probe, explain: bool| {
         let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
         request.agent_id = Some(probe.agent);
         request.project_id = Some(probe.project);
         request.task_id = Some(probe.task);
-        let (result, timings) = retriever.query_timed(request).await?;
+        request.explain = explain;
+        request
+    };
+    for i in 0..e2e_probes.len() {
+        let probe = &e2e_probes[i];
+        let t = Instant::now();
+        let (result, timings) = retriever.query_timed(request_of(probe, false)).await?;
         e2e.push(ms(t));
         stages.push(timings);
         anyhow::ensure!(!result.degraded, "degraded result: {:?}", result.degraded_reasons);
@@ -123,6 +127,15 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // What explain costs: each probe asked without and with it, alternating which goes first.
+    let (mut unexplained, mut explained) = (vec![], vec![]);
+    for (i, probe) in e2e_probes.iter().enumerate() {
+        for explain in if i % 2 == 0 { [false, true] } else { [true, false] } {
+            let t = Instant::now();
+            retriever.query(request_of(probe, explain)).await?;
+            if explain { &mut explained } else { &mut unexplained }.push(ms(t));
+        }
+    }
     let stage = |of: fn(&StageTimings) -> f64| stages.iter().map(of).collect::<Vec<f64>>();
     let timed = |samples: &[f64]| Percentiles::of(&samples[warmup..]);
 
@@ -149,6 +162,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         index_s,
         tenant_indexes,
         prewarmed_mb,
+        unexplained_ms: timed(&unexplained),
+        explained_ms: timed(&explained),
     };
     Ok((report, db, corpus))
 }
