@@ -13,7 +13,6 @@ CREATE TABLE memory_active_period (
 );
 
 ALTER TABLE memory_active_period ENABLE ROW LEVEL SECURITY;
-ALTER TABLE memory_active_period FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON memory_active_period
     USING (organization_id = app_current_org()) WITH CHECK (organization_id = app_current_org());
 GRANT SELECT, INSERT, UPDATE ON memory_active_period TO memory_app;
@@ -44,9 +43,13 @@ $$;
 
 CREATE TRIGGER memory_active_period_insert AFTER INSERT ON memory REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION memory_active_period_add();
-CREATE TRIGGER memory_active_period_update AFTER UPDATE ON memory REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+CREATE TRIGGER memory_active_period_update AFTER UPDATE ON memory
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION memory_active_period_change();
 
+-- The migrations' role owns the tables without bypassing RLS: the backfill reads every organisation's memories with
+-- the policies lifted, and forces them again after.
+ALTER TABLE memory NO FORCE ROW LEVEL SECURITY;
 INSERT INTO memory_active_period (organization_id, memory_id, active_from, active_until)
 SELECT organization_id, id, created_at,
        CASE status WHEN 'superseded' THEN greatest(created_at, superseded_at)
@@ -55,3 +58,5 @@ FROM memory
 WHERE status = 'active'
    OR (status = 'superseded' AND superseded_at IS NOT NULL)
    OR (status = 'archived' AND archived_at IS NOT NULL);
+ALTER TABLE memory FORCE ROW LEVEL SECURITY;
+ALTER TABLE memory_active_period FORCE ROW LEVEL SECURITY;

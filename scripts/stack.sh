@@ -69,8 +69,7 @@ ensure_chromium() {
             { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
         CHROMIUM="$(command -v chromium)"
     else
-        log "no chromium: install Debian's chromium package, or set MEMORY_CHROMIUM to a Chromium binary"
-        exit 1
+        log "no chromium: the console's browser test will fail; install Debian's chromium, or set MEMORY_CHROMIUM"
     fi
 }
 

@@ -492,6 +492,7 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     let t = Some(token(org, Some(agent), None));
     let other_org = Some(token(Uuid::now_v7(), None, None));
     let operator = Some(token(org, None, Some("memory:operator")));
+    let other_operator = Some(token(Uuid::now_v7(), None, Some("memory:operator")));
     let reviewer = Some(token(org, Some(agent_with_scopes(&db, org, &[Scope::Org]).await), None));
     let symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "parse_config"});
     let no_symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "nothing"});
@@ -514,6 +515,7 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
         ("/healthz", get("/healthz".into(), &None, StatusCode::OK, "")),
         ("/v1/tools", get("/v1/tools".into(), &None, StatusCode::OK, "")),
         ("/v1/review", get("/v1/review".into(), &operator, StatusCode::OK, "")),
+        ("/v1/review", get("/v1/review".into(), &other_operator, StatusCode::OK, "")),
         ("/v1/review", get("/v1/review".into(), &t, StatusCode::FORBIDDEN, "forbidden")),
         ("/v1/review", get("/v1/review".into(), &None, StatusCode::UNAUTHORIZED, "unauthorized")),
         ("/v1/retrieve", post("/v1/retrieve", &t, passive, StatusCode::OK, "")),

@@ -134,6 +134,9 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     let page = rendered(&format!("{base}/console#token={operator}&review=1"), "review").await;
     let held = between(&page, r#"<table id="held">"#, "</table>");
     assert!(held.contains(why) && held.contains(&thursday.id.to_string()), "{held}");
+    let stranger = local_token(Uuid::now_v7(), None, Some("memory:operator"));
+    let page = rendered(&format!("{base}/console#token={stranger}&review=1"), "review-other-organisation").await;
+    assert!(!page.contains(why), "another organisation's operator sees none of it");
     let page = rendered(&format!("{base}/console#token={token}&review=1"), "review-refused").await;
     assert!(between(&page, r#"<section id="status""#, "</section>").contains("403"), "{page}");
 

@@ -395,3 +395,49 @@ fn schema_dump(conn: &PgConnectOptions) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// 0003's backfill as a managed database runs it: the migrations' role owns the tables without bypassing RLS, and
+/// still gives every organisation's current memories their active periods.
+#[sqlx::test(migrations = false)]
+async fn the_active_periods_backfill_reaches_every_organisation_as_an_owner_without_bypassrls(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let pool = opts.connect_with(conn).await.unwrap();
+    let mut migrations = memory_core::store::MIGRATOR.iter();
+    for migration in migrations.by_ref().take(2) {
+        sqlx::raw_sql(&format!("BEGIN; {} COMMIT;", migration.sql)).execute(&pool).await.unwrap();
+    }
+    let orgs = [Uuid::now_v7(), Uuid::now_v7()];
+    for org in orgs {
+        sqlx::query("INSERT INTO memory (organization_id, id, scope, memory_type, content) VALUES ($1, $2, 'org', 'semantic', 'x')")
+            .bind(org)
+            .bind(Uuid::now_v7())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let owner = format!("owner_{}", Uuid::now_v7().simple());
+    sqlx::raw_sql(&format!(
+        "CREATE ROLE {owner} NOLOGIN NOSUPERUSER NOBYPASSRLS; GRANT CREATE ON SCHEMA public TO {owner}; \
+         GRANT memory_app TO {owner}; ALTER TABLE memory OWNER TO {owner};"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let third = migrations.next().expect("0003");
+    assert_eq!(third.version, 3);
+    sqlx::raw_sql(&format!("BEGIN; SET LOCAL ROLE {owner}; {} COMMIT;", third.sql)).execute(&pool).await.unwrap();
+    let periods: Vec<Uuid> = sqlx::query_scalar("SELECT organization_id FROM memory_active_period ORDER BY 1")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(periods, orgs.to_vec(), "each organisation's memory has its period");
+    let forced: Vec<bool> = sqlx::query_scalar(
+        "SELECT relforcerowsecurity FROM pg_class WHERE relname IN ('memory', 'memory_active_period') ORDER BY relname",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(forced, [true, true], "RLS forced again on both");
+}

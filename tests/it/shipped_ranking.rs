@@ -156,13 +156,13 @@ async fn a_memory_of_the_date_the_question_names_outranks_a_newer_one(opts: PgPo
 
     for mode in [RetrievalMode::Passive, RetrievalMode::AgentQuery] {
         let mut request = request(org, mode, query);
-        request.as_of = Some(at(9, 1));
+        request.recency_at = Some(at(9, 1));
         let result = retriever.query(request).await.unwrap();
         assert_eq!(ids(&result), vec![newer.id, of_the_day.id], "{mode:?}: the memory of 3 May comes last");
     }
     // Without the date the newer memory ranks first: the date decided it.
     let mut undated = request(org, RetrievalMode::AgentQuery, "what did we decide");
-    undated.as_of = Some(at(9, 1));
+    undated.recency_at = Some(at(9, 1));
     let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with("what did we decide", axis(0))));
     let result = retriever.query(undated).await.unwrap();
     assert_eq!(ids(&result), vec![of_the_day.id, newer.id]);

@@ -178,7 +178,7 @@ async function openMemory(id) {
   $("memory").hidden = false;
   $("memory-id").textContent = id;
   status("reading…");
-  const [memory, chain] = await Promise.all([call("GET", `/v1/memories/${id}`), call("GET", `/v1/memories/${id}/chain`)]);
+  const [memory, chain] = await Promise.all([call("GET", `/v1/memories/${encodeURIComponent(id)}`), call("GET", `/v1/memories/${encodeURIComponent(id)}/chain`)]);
   const facts = [];
   const add = (term, value) => value !== null && value !== undefined && value !== "" && facts.push(el("dt", {}, term), el("dd", {}, value));
   add("content", memory.content);

@@ -74,6 +74,7 @@ pub struct Principal {
     pub organization_id: Uuid,
     pub agent_id: Option<Uuid>,
     pub may_act_for_any_agent: bool,
+    /// The token has the operator scope ([`OPERATOR_SCOPE`]).
     pub operator: bool,
 }
 

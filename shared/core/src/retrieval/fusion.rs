@@ -182,7 +182,9 @@ pub enum Blend {
 /// Stage 1's candidates, best fused first, and how they were blended.
 #[derive(Debug, Clone)]
 pub struct Fused {
+    /// Best fused first, ties by id.
     pub candidates: Vec<Found>,
+    /// How their relevance was blended.
     pub blend: Blend,
 }
 

@@ -57,7 +57,8 @@ pub struct Signals {
 pub struct Features(pub [f64; COUNT]);
 
 impl Features {
-    pub fn of(c: &Found, anchors: &[TimeAnchor], as_of: DateTime<Utc>) -> Self {
+    /// `c`'s features for a query naming `anchors`, recency measured at `recency_at`.
+    pub fn of(c: &Found, anchors: &[TimeAnchor], recency_at: DateTime<Utc>) -> Self {
         let s = &c.signals;
         let code = if s.answered_from_code { 1.0 } else { 0.0 };
         let cosine = c.cosine_sim.unwrap_or(0.0).clamp(0.0, 1.0);
@@ -72,7 +73,7 @@ impl Features {
             s.keyword_in_range * code,
             s.name_said,
             if of_time { 1.0 } else { 0.0 },
-            recency(c.memory.created_at, as_of, c.memory.memory_type),
+            recency(c.memory.created_at, recency_at, c.memory.memory_type),
             c.memory.confidence.clamp(0.0, 1.0),
         ])
     }

@@ -84,7 +84,7 @@ impl Retriever {
             llm_timeout: crate::config::DEFAULT_REQUEST_LLM_TIMEOUT,
             cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
             cooldown_key: cooldown_token::TokenKey::random(),
-            ranking_digest: record::ranking_digest(&config),
+            ranking_digest: record::ranking_digest(&config, "memory_text"),
             config,
             text_search_config: "memory_text".into(),
             repositories: None,
@@ -123,6 +123,7 @@ impl Retriever {
     /// Overrides the query-side text search configuration (it must match the column's).
     pub fn with_text_search_config(mut self, config: impl Into<String>) -> Self {
         self.text_search_config = config.into();
+        self.ranking_digest = record::ranking_digest(&self.config, &self.text_search_config);
         self
     }
 
@@ -163,8 +164,6 @@ impl Retriever {
         Ok(ReadFilter::for_retrieval(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
     }
 
-    /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
-    /// project or task its read scopes admit.
     /// What waits on an operator in the organisation: decisions held for review, and candidates no check has
     /// decided after [`review::UNDECIDED_AFTER`] (the console's operator view; `memory-admin jobs status` adds the
     /// queues).
@@ -179,6 +178,8 @@ impl Retriever {
         Ok(review::Review { held, undecided })
     }
 
+    /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
+    /// project or task its read scopes admit.
     pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
         let scope =
             ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);

@@ -283,7 +283,7 @@ impl Retriever {
             formula: self.config.ranking,
             weights: &self.config.weights,
             anchors: &anchors,
-            as_of: request.as_of.unwrap_or_else(Utc::now),
+            recency_at: request.recency_at.unwrap_or_else(Utc::now),
             explain: request.explain,
         };
         let stages = filter_and_rank(

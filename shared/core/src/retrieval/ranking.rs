@@ -87,7 +87,7 @@ pub struct Ranking<'a> {
     pub formula: RankingFormula,
     pub weights: &'a RankingWeights,
     pub anchors: &'a [TimeAnchor],
-    pub as_of: DateTime<Utc>,
+    pub recency_at: DateTime<Utc>,
     pub explain: bool,
 }
 
@@ -99,12 +99,12 @@ pub fn rank(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> 
 
 /// [`rank`], and how many candidates it left out as repeats of better ones.
 pub fn rank_counted(ranking: Ranking<'_>, candidates: &[&Found], max_results: usize) -> (Vec<RankedMemory>, usize) {
-    let Ranking { formula, weights, anchors, as_of, explain } = ranking;
+    let Ranking { formula, weights, anchors, recency_at, explain } = ranking;
     let learned = (formula == RankingFormula::Learned).then(|| &*RANKER);
     let mut scored: Vec<(f64, &Found)> = candidates
         .iter()
         .map(|c| {
-            let recency = recency(c.memory.created_at, as_of, c.memory.memory_type);
+            let recency = recency(c.memory.created_at, recency_at, c.memory.memory_type);
             let score = match formula {
                 RankingFormula::Spec => {
                     let similarity = c.cosine_sim.or(c.keyword_score).unwrap_or(0.0);
@@ -116,7 +116,7 @@ pub fn rank_counted(ranking: Ranking<'_>, candidates: &[&Found], max_results: us
                     let time = if of_the_time(anchors, c.memory.created_at) { 1.0 } else { 1.0 - OFF_TIME_PENALTY };
                     c.relevance * time * (1.0 - NUDGE + NUDGE * share)
                 }
-                RankingFormula::Learned => RANKER.score(&Features::of(c, anchors, as_of)),
+                RankingFormula::Learned => RANKER.score(&Features::of(c, anchors, recency_at)),
             };
             (score, *c)
         })
@@ -146,9 +146,9 @@ mod tests {
         formula: RankingFormula,
         weights: &'a RankingWeights,
         anchors: &'a [TimeAnchor],
-        as_of: DateTime<Utc>,
+        recency_at: DateTime<Utc>,
     ) -> Ranking<'a> {
-        Ranking { formula, weights, anchors, as_of, explain: false }
+        Ranking { formula, weights, anchors, recency_at, explain: false }
     }
 
     #[test]

@@ -7,12 +7,13 @@ use uuid::Uuid;
 
 use crate::store::held::HeldDecision;
 
-/// A candidate no check has decided this long after it was written is listed.
+/// A candidate no check has decided this long after its last change is listed.
 pub const UNDECIDED_AFTER: TimeDelta = TimeDelta::minutes(15);
 
 /// The most undecided candidates listed.
 pub const LISTED: usize = 100;
 
+/// What waits on an operator in one organisation.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Review {
     /// Decisions a job held for review (the rules forbade them), oldest first.
@@ -21,9 +22,10 @@ pub struct Review {
     pub undecided: Vec<Undecided>,
 }
 
+/// A candidate waiting for its checks.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Undecided {
     pub id: Uuid,
-    /// Since when it waits.
+    /// Its last change, since which it waits.
     pub since: DateTime<Utc>,
 }

@@ -12,7 +12,7 @@ pub const PASSIVE_FLOOR: f64 = 0.2;
 /// spec's formula instead.
 #[derive(Debug, Clone)]
 pub struct RetrievalConfig {
-    /// The Stage 4 formula (`MEMORY_RANKING`: `relevance` or `spec`).
+    /// The Stage 4 formula (`MEMORY_RANKING`: `relevance`, `spec` or `learned`).
     pub ranking: RankingFormula,
     /// Weights of the spec's composite (used by [`RankingFormula::Spec`] only).
     pub weights: RankingWeights,

@@ -28,7 +28,9 @@ pub struct BranchEvidence {
 /// Why a result ranked where it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Explanation {
+    /// The vector branch's evidence (absent when it did not find the memory).
     pub vector: Option<BranchEvidence>,
+    /// The keyword branch's evidence (absent when it did not match).
     pub keyword: Option<BranchEvidence>,
     /// Its place among Stage 1's candidates by Reciprocal Rank Fusion.
     pub fused_rank: usize,
@@ -56,14 +58,14 @@ pub struct Explanation {
 impl Explanation {
     /// `c`'s explanation under `ranking` (`scorer`: the learned model, when it ranked).
     pub fn of(c: &Found, ranking: &Ranking<'_>, scorer: Option<&Scorer>) -> Self {
-        let features = Features::of(c, ranking.anchors, ranking.as_of);
+        let features = Features::of(c, ranking.anchors, ranking.recency_at);
         Self {
             vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
             keyword: evidence(c.keyword_rank, c.keyword_score, c.signals.keyword_in_range),
             fused_rank: c.fused_rank,
             relevance: c.relevance,
             name_said: c.signals.name_said,
-            recency: recency(c.memory.created_at, ranking.as_of, c.memory.memory_type),
+            recency: recency(c.memory.created_at, ranking.recency_at, c.memory.memory_type),
             confidence: c.memory.confidence,
             of_the_named_time: (!ranking.anchors.is_empty()).then(|| of_the_time(ranking.anchors, c.memory.created_at)),
             features: named(features.0),
@@ -86,6 +88,7 @@ pub struct HitExplanation {
 }
 
 impl HitExplanation {
+    /// A direct hit's explanation, from what Stage 1 found of it.
     pub fn of(c: &Found) -> Self {
         Self {
             vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
@@ -114,8 +117,11 @@ pub struct Trace {
 /// the candidates they fused into.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Candidates {
+    /// Rows of the vector branch among the candidates.
     pub vector: usize,
+    /// Rows of the keyword branch among the candidates.
     pub keyword: usize,
+    /// Candidates after fusion.
     pub fused: usize,
 }
 

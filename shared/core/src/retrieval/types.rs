@@ -55,8 +55,9 @@ pub struct RetrievalRequest {
     /// true excludes `restricted` memories (always true for passive).
     pub sensitivity_gate: bool,
     pub session: Option<SessionTurn>,
-    /// Reference time for recency (defaults to now; evaluations replay queries at their own time).
-    pub as_of: Option<DateTime<Utc>>,
+    /// The time recency is measured at (defaults to now; evaluations replay queries at their own time, and `as_of`
+    /// sets it with [`Self::active_at`]).
+    pub recency_at: Option<DateTime<Utc>>,
     /// The cooldown token of the session's previous passive answer (any instance's).
     pub cooldown_token: Option<String>,
     /// Also superseded and archived memories (not in passive mode), each with its status and successor.
@@ -84,7 +85,7 @@ impl RetrievalRequest {
             max_results: Self::DEFAULT_MAX_RESULTS,
             sensitivity_gate: mode == RetrievalMode::Passive,
             session: None,
-            as_of: None,
+            recency_at: None,
             cooldown_token: None,
             include_archive: false,
             max_chars: None,

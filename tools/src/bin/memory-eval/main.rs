@@ -371,7 +371,7 @@ async fn evaluate(args: &Args, dataset: &Path, model: &Arc<MiniLm>) -> anyhow::R
             let query = &queries[qid];
             let session = format!("features/{qid}");
             let mut asking = Asking::new(query, RetrievalMode::AgentQuery, &session, args.k);
-            asking.as_of = query.metadata.asked_at.map(|at| at + args.asked_at_offset.unwrap_or_default());
+            asking.recency_at = query.metadata.asked_at.map(|at| at + args.asked_at_offset.unwrap_or_default());
             asking.explain = true;
             let candidates = ask(today, query, asking)
                 .await?
@@ -431,13 +431,13 @@ fn git_head() -> String {
 }
 
 /// How a mode is asked a query: in `group`'s organisation and project (in passive mode as `session`'s first turn), at
-/// most `k` memories, recency as of `as_of`, each result explained when `explain`.
+/// most `k` memories, recency measured at `recency_at`, each result explained when `explain`.
 pub struct Asking<'a> {
     pub group: Option<&'a str>,
     pub mode: RetrievalMode,
     pub session: &'a str,
     pub k: usize,
-    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
+    pub recency_at: Option<chrono::DateTime<chrono::Utc>>,
     pub explain: bool,
 }
 
@@ -445,7 +445,7 @@ impl<'a> Asking<'a> {
     /// In the query's own group, at its `asked_at`, unexplained.
     pub fn new(query: &'a RawQuery, mode: RetrievalMode, session: &'a str, k: usize) -> Self {
         let group = query.metadata.group.as_deref();
-        Self { group, mode, session, k, as_of: query.metadata.asked_at, explain: false }
+        Self { group, mode, session, k, recency_at: query.metadata.asked_at, explain: false }
     }
 }
 
@@ -455,14 +455,14 @@ pub async fn ask(
     query: &RawQuery,
     asking: Asking<'_>,
 ) -> anyhow::Result<Vec<memory_core::retrieval::RankedMemory>> {
-    let Asking { group, mode, session, k, as_of, explain } = asking;
+    let Asking { group, mode, session, k, recency_at, explain } = asking;
     let mut request = RetrievalRequest::new(organization_of(group), mode, query.text.clone());
     request.project_id = Some(project_of(group));
     if mode == RetrievalMode::Passive {
         request.session = Some(memory_core::retrieval::SessionTurn { session_id: session.to_string(), turn: 1 });
     }
     request.max_results = k;
-    request.as_of = as_of;
+    request.recency_at = recency_at;
     request.explain = explain;
     let mut result = retriever.query(request).await?;
     result.memories.reverse();
@@ -484,7 +484,7 @@ async fn run_query(
         let mode = if strategy == "pipeline-passive" { RetrievalMode::Passive } else { RetrievalMode::AgentQuery };
         let session = format!("{strategy}/{}", query.id);
         let mut asking = Asking::new(query, mode, &session, k);
-        asking.as_of = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
+        asking.recency_at = query.metadata.asked_at.map(|at| at + offset.unwrap_or_default());
         let answer = ask(retriever, query, asking).await?;
         return Ok(answer.into_iter().map(|m| (m.memory.id, m.score)).collect());
     }
