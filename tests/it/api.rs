@@ -514,6 +514,11 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     let cases: Vec<(&str, Case)> = vec![
         ("/healthz", get("/healthz".into(), &None, StatusCode::OK, "")),
         ("/v1/tools", get("/v1/tools".into(), &None, StatusCode::OK, "")),
+        ("/v1/memories/{id}/profiles", get(format!("{new_uri}/profiles"), &t, StatusCode::OK, "")),
+        (
+            "/v1/memories/{id}/profiles",
+            get(format!("/v1/memories/{}/profiles", Uuid::now_v7()), &t, StatusCode::NOT_FOUND, "not_found"),
+        ),
         ("/v1/review", get("/v1/review".into(), &operator, StatusCode::OK, "")),
         ("/v1/review", get("/v1/review".into(), &other_operator, StatusCode::OK, "")),
         ("/v1/review", get("/v1/review".into(), &t, StatusCode::FORBIDDEN, "forbidden")),

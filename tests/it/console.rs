@@ -10,7 +10,11 @@ use integration_tests::{
     Db, FixedEmbedder, axis, everything_contradicts, local_app, local_token, memory, mention_all, retriever,
     vector_with_similarity,
 };
-use memory_core::{domain::MemoryStatus, lifecycle::contradiction::ContradictionDetector};
+use memory_core::{
+    domain::MemoryStatus,
+    lifecycle::{contradiction::ContradictionDetector, synthesis::EntitySynthesizer},
+    llm::{InvocationPurpose, ScriptedLlm},
+};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
@@ -70,8 +74,11 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
         .status(MemoryStatus::Candidate)
         .insert(&db)
         .await;
-    mention_all(&db, org, "billing-api", &[&tuesday, &thursday]).await;
+    let entity = mention_all(&db, org, "billing-api", &[&tuesday, &thursday]).await;
     ContradictionDetector::new(everything_contradicts()).check(&db.app, org, thursday.id).await.unwrap();
+    let summary = "billing-api: the payments service; deploys on Thursdays";
+    let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, move |_| Ok(summary.into())));
+    EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
 
     let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
     let app = local_app(retriever(&db, embedder, None));
@@ -122,6 +129,8 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     let chain = between(&page, r#"<ol id="chain""#, "</ol>");
     let (old, new) = (chain.find("on Tuesdays").expect("the old fact"), chain.find("on Thursdays").expect("the new"));
     assert!(old < new, "oldest first: {chain}");
+    let profiles = between(&page, r#"<div id="memory-profiles">"#, "</div>");
+    assert!(profiles.contains(summary) && profiles.contains("billing-api"), "its entity's profile: {profiles}");
 
     // The operator's view: a decision a job held, and the same page refused to a token without the scope.
     let mut tx = memory_core::store::begin_for_org(&db.app, org).await.unwrap();

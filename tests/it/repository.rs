@@ -407,6 +407,14 @@ async fn the_repository_tools_read_the_committed_text_and_search_within_filters(
         let web = search(tool, json!({"path_prefix": "web/"})).await;
         assert!(!web.is_empty() && web.iter().all(|p| p.starts_with("web/")), "{tool}: {web:?}");
         assert!(search(tool, json!({"repository": "elsewhere"})).await.is_empty(), "{tool}");
+        // Explained, each hit says how its branch found it; as of before the import, nothing.
+        let body = json!({"query": "load the configuration config", "project_id": s.project, "explain": true});
+        let (_, result) = call(tool, body).await;
+        assert_eq!(result["hits"][0]["explanation"]["fused_rank"], 1, "{tool}: {result}");
+        let before = json!({"query": "load the configuration config", "project_id": s.project,
+                            "as_of": "2000-01-01T00:00:00Z"});
+        let (status, result) = call(tool, before).await;
+        assert_eq!((status, result["hits"].as_array().map(Vec::len)), (200, Some(0)), "{tool}: {result}");
     }
 }
 

@@ -178,7 +178,8 @@ async function openMemory(id) {
   $("memory").hidden = false;
   $("memory-id").textContent = id;
   status("reading…");
-  const [memory, chain] = await Promise.all([call("GET", `/v1/memories/${encodeURIComponent(id)}`), call("GET", `/v1/memories/${encodeURIComponent(id)}/chain`)]);
+  const path = `/v1/memories/${encodeURIComponent(id)}`;
+  const [memory, chain, profiles] = await Promise.all([call("GET", path), call("GET", `${path}/chain`), call("GET", `${path}/profiles`)]);
   const facts = [];
   const add = (term, value) => value !== null && value !== undefined && value !== "" && facts.push(el("dt", {}, term), el("dd", {}, value));
   add("content", memory.content);
@@ -209,6 +210,11 @@ async function openMemory(id) {
         el("div", {}, m.content),
       ),
     ),
+  );
+  $("memory-profiles").replaceChildren(
+    ...(profiles.profiles.length
+      ? profiles.profiles.map((p) => el("p", { class: "result" }, el("strong", {}, `${p.name} (${p.entity_type}): `), p.profile.content))
+      : [el("p", {}, "none")]),
   );
   status("");
 }

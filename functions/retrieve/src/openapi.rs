@@ -24,6 +24,7 @@ use crate::routes;
         routes::search::search,
         routes::memories::get_memory,
         routes::memories::chain,
+        routes::memories::profiles,
         routes::memories::review,
     ),
     components(schemas(

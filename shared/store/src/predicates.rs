@@ -86,6 +86,12 @@ impl ReadFilter {
         }
     }
 
+    /// The same reach, admitting only active, unexpired memories (a by-id read's current profiles).
+    pub fn current_only(mut self) -> Self {
+        (self.include_inactive, self.history) = (false, false);
+        self
+    }
+
     /// The organisation every query under this filter is bound to.
     pub fn organization_id(&self) -> Uuid {
         self.organization_id

@@ -31,6 +31,24 @@ pub async fn get_memory(
     Ok(Json(state.retriever.memory(principal.organization_id, principal.agent_id, id).await?))
 }
 
+/// The current profiles of the entities a memory mentions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemoryProfiles {
+    pub memory_id: Uuid,
+    pub profiles: Vec<memory_core::domain::EntityProfile>,
+}
+
+#[utoipa::path(get, path = "/v1/memories/{id}/profiles", params(("id" = uuid::Uuid, Path)),
+    responses((status = 200, body = MemoryProfiles), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)), security(("bearer" = [])))]
+pub async fn profiles(
+    State(state): State<AppState>,
+    principal: Principal,
+    IdPath(id): IdPath,
+) -> Result<Json<MemoryProfiles>, ApiError> {
+    let profiles = state.retriever.profiles_of(principal.organization_id, principal.agent_id, id).await?;
+    Ok(Json(MemoryProfiles { memory_id: id, profiles }))
+}
+
 #[utoipa::path(get, path = "/v1/memories/{id}/chain", params(("id" = uuid::Uuid, Path)),
     responses((status = 200, body = SupersessionChain), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)), security(("bearer" = [])))]
 pub async fn chain(

@@ -30,6 +30,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/search", post(search::search))
         .route("/v1/memories/{id}", get(memories::get_memory))
         .route("/v1/memories/{id}/chain", get(memories::chain))
+        .route("/v1/memories/{id}/profiles", get(memories::profiles))
         .route("/v1/review", get(memories::review))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
 }

@@ -39,6 +39,11 @@ pub struct CodeSearchInput {
     pub repository: Option<String>,
     /// How many hits (1-100, default 20).
     pub max_results: Option<usize>,
+    /// Each hit carries `explanation`: its rank and score in each branch, and its fused rank.
+    #[serde(default)]
+    pub explain: bool,
+    /// The memories as they were active at this time (RFC 3339), their chains cut there.
+    pub as_of: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Input of `get_memory` and `memory_chain`.
@@ -82,6 +87,7 @@ pub(crate) async fn search_with(
         language: input.language,
         path_prefix: input.path_prefix,
         repository: input.repository,
+        as_of: input.as_of,
         ..SearchFilters::default()
     };
     let request = SearchRequest {
@@ -97,7 +103,7 @@ pub(crate) async fn search_with(
         include_graph: false,
         max_results: input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS),
         sensitivity_gate: false,
-        explain: false,
+        explain: input.explain,
     };
     Ok(state.retriever.search(request).await?)
 }

@@ -189,6 +189,25 @@ impl Retriever {
         memory.ok_or(crate::Error::not_found("memory", id))
     }
 
+    /// The current profiles of the entities a memory the principal may read mentions, those the principal may
+    /// read (the console's memory view).
+    pub async fn profiles_of(
+        &self,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+        id: Uuid,
+    ) -> crate::Result<Vec<crate::domain::EntityProfile>> {
+        let scope =
+            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
+        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
+        if store::memories::get_readable(&mut tx, &scope, id).await?.is_none() {
+            return Err(crate::Error::not_found("memory", id));
+        }
+        let profiles = store::entities::profiles_for(&mut tx, &scope.current_only(), &[id]).await?;
+        tx.commit().await?;
+        Ok(profiles)
+    }
+
     /// The supersession chain through a memory the principal may read, oldest first: what it replaced and what
     /// replaced it.
     pub async fn supersession_chain(
