@@ -278,6 +278,23 @@ pub async fn mention_all(db: &Db, org: Uuid, entity: &str, memories: &[&Memory])
     entity
 }
 
+/// `old`'s successor through the contradiction job: a confident candidate saying `text` (cosine 0.8 to `old`'s
+/// vector, both mentioning the entity `entity`), checked with [`everything_contradicts`]. Returns it and the entity.
+pub async fn contradicted_by(db: &Db, old: &Memory, entity: &str, text: &str) -> (Memory, Uuid) {
+    let org = old.organization_id;
+    let new = memory(org, text)
+        .embedding(vector_with_similarity(0.8, 1))
+        .confidence(0.9)
+        .status(memory_core::domain::MemoryStatus::Candidate)
+        .insert(db)
+        .await;
+    let entity = mention_all(db, org, entity, &[old, &new]).await;
+    let detector = memory_core::lifecycle::contradiction::ContradictionDetector::new(everything_contradicts());
+    let superseded = detector.check(&db.app, org, new.id).await.expect("the check runs");
+    assert_eq!(superseded.iter().map(|m| m.id).collect::<Vec<_>>(), [old.id], "{text} supersedes {}", old.content);
+    (new, entity)
+}
+
 /// A scripted model that labels every screened pair contradictory.
 pub fn everything_contradicts() -> Arc<memory_core::llm::ScriptedLlm> {
     use memory_core::llm::{InvocationPurpose, ScriptedLlm};

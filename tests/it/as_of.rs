@@ -4,13 +4,9 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use integration_tests::{
-    Db, FixedEmbedder, axis, everything_contradicts, memory, mention_all, retriever, vector_with_similarity,
-};
+use integration_tests::{Db, FixedEmbedder, axis, contradicted_by, memory, retriever};
 use memory_core::{
-    domain::MemoryStatus,
     lifecycle::{
-        contradiction::ContradictionDetector,
         dedup::{DedupPair, Deduper},
         forget::{ForgetSelector, forget},
     },
@@ -66,15 +62,7 @@ async fn as_of_a_past_time_retrieval_answers_with_the_memories_active_then(
     let first = moment().await;
 
     // A contradiction supersedes Tuesday by Thursday.
-    let thursday = memory(org, "billing-api deploys on Thursdays")
-        .embedding(vector_with_similarity(0.8, 1))
-        .confidence(0.9)
-        .status(MemoryStatus::Candidate)
-        .insert(&db)
-        .await;
-    mention_all(&db, org, "billing-api", &[&tuesday, &thursday]).await;
-    let contradicted = ContradictionDetector::new(everything_contradicts()).check(&db.app, org, thursday.id).await;
-    assert_eq!(contradicted.unwrap().len(), 1);
+    contradicted_by(&db, &tuesday, "billing-api", "billing-api deploys on Thursdays").await;
     let second = moment().await;
     let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
     let retriever = retriever(&db, embedder, None);

@@ -7,12 +7,10 @@ use std::{path::PathBuf, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use integration_tests::{
-    Db, FixedEmbedder, axis, everything_contradicts, local_app, local_token, memory, mention_all, retriever,
-    vector_with_similarity,
+    Db, FixedEmbedder, axis, contradicted_by, local_app, local_token, memory, retriever, vector_with_similarity,
 };
 use memory_core::{
-    domain::MemoryStatus,
-    lifecycle::{contradiction::ContradictionDetector, synthesis::EntitySynthesizer},
+    lifecycle::synthesis::EntitySynthesizer,
     llm::{InvocationPurpose, ScriptedLlm},
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -68,14 +66,7 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let before: DateTime<Utc> = Utc::now();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let thursday = memory(org, "billing-api deploys on Thursdays")
-        .embedding(vector_with_similarity(0.8, 1))
-        .confidence(0.9)
-        .status(MemoryStatus::Candidate)
-        .insert(&db)
-        .await;
-    let entity = mention_all(&db, org, "billing-api", &[&tuesday, &thursday]).await;
-    ContradictionDetector::new(everything_contradicts()).check(&db.app, org, thursday.id).await.unwrap();
+    let (thursday, entity) = contradicted_by(&db, &tuesday, "billing-api", "billing-api deploys on Thursdays").await;
     let summary = "billing-api: the payments service; deploys on Thursdays";
     let llm = Arc::new(ScriptedLlm::new().on(InvocationPurpose::MemorySynthesis, move |_| Ok(summary.into())));
     EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
