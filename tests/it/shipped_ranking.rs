@@ -525,6 +525,15 @@ async fn an_explained_answer_says_how_each_memory_was_found_and_counts_what_each
         .await;
     memory(org, "lunch is at noon").embedding(vector_with_similarity(0.5, 5)).insert(&db).await;
     memory(org, "the office is closed on friday").embedding(vector_with_similarity(0.05, 6)).insert(&db).await;
+    // Another agent's private memory and a restricted one, both matching: never counted, never named.
+    let hidden = ["another agent's zephyr rollout canary plan", "the restricted zephyr rollout canary key"];
+    memory(org, hidden[0])
+        .embedding(vector_with_similarity(0.9, 7))
+        .scope(memory_core::domain::Scope::AgentPrivate)
+        .agent(Uuid::now_v7())
+        .insert(&db)
+        .await;
+    memory(org, hidden[1]).embedding(vector_with_similarity(0.9, 8)).restricted().insert(&db).await;
     let retriever = shipped_retriever(&db, Arc::new(FixedEmbedder::default().with(query, axis(0))));
 
     let mut asked = request(org, RetrievalMode::Passive, query);
@@ -546,6 +555,8 @@ async fn an_explained_answer_says_how_each_memory_was_found_and_counts_what_each
     assert_eq!(explanation.keyword.expect("matched").rank, 1);
     assert_eq!(explanation.fused_rank, 1);
     assert!(explanation.of_the_named_time.is_none());
+    let shown = serde_json::to_string(&first).unwrap();
+    assert!(hidden.iter().all(|text| !shown.contains(text)), "the explained answer names nothing unreadable");
 
     // The next turn: the answer and the memory injected beside it are cooling down.
     asked.session.as_mut().unwrap().turn = 2;
