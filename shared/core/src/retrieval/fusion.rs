@@ -7,7 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{found::Found, learned::Signals, named_symbol::QueryWords};
+pub use super::found::Blend;
+use super::{
+    found::{Found, Signals},
+    named_symbol::QueryWords,
+};
 use crate::{domain::Memory, store::branches::BranchRow};
 
 /// RRF's smoothing constant.
@@ -161,22 +165,6 @@ impl StandingBlend {
         let keyword = keyword_score.zip(self.bm25).map(|(s, spread)| spread.scaled(bm25_of(s)));
         weighted(cosine, keyword, self.vector_weight)
     }
-}
-
-/// How a query's candidates were blended from the two branches (what `explain` reports).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Blend {
-    /// [`relevance`]: the keyword score relative to the query's best, the cosine weighing `vector_weight`.
-    KeywordLed { vector_weight: f64 },
-    /// [`StandingBlend::of`]: both branches scaled to their rows, weighed by how far each one's best stands out.
-    Standing { vector_weight: f64 },
-    /// [`StandingBlend::for_code`]: a question answered from source code.
-    Code { vector_weight: f64 },
-    /// Only the vector branch had evidence (no keyword matched).
-    VectorOnly,
-    /// Only the keyword branch had evidence (the query was not embedded).
-    KeywordOnly,
 }
 
 /// Stage 1's candidates, best fused first, and how they were blended.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     found::Found,
-    ranking::recency,
+    recency::recency,
     time_anchor::{TimeAnchor, of_the_time},
 };
 
@@ -32,25 +32,6 @@ pub const NAMES: [&str; 10] = [
 
 /// How many features a candidate has.
 pub const COUNT: usize = NAMES.len();
-
-/// What Stage 1 says about a candidate beside its cosine and keyword score: how it stands among each branch's rows,
-/// which branch stands out for the query, and whether the query is answered from code; set by
-/// [`super::fusion::fuse`].
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Signals {
-    /// The cosine within the vector branch's rows' range, in [0, 1] (0 when not a neighbour).
-    pub cosine_in_range: f64,
-    /// The BM25 score within the keyword branch's rows' range, in [0, 1] (0 when not matched).
-    pub keyword_in_range: f64,
-    /// How far the vector branch's best stands out, of both branches' together, in [0, 1].
-    pub vector_standing: f64,
-    /// The cosine of the query's nearest neighbour.
-    pub nearest_cosine: f64,
-    /// More than half the query's candidates are source code.
-    pub answered_from_code: bool,
-    /// The share of the chunk's name the query says (0 for prose).
-    pub name_said: f64,
-}
 
 /// A candidate's features, each in [0, 1].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -134,7 +115,7 @@ impl Scorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Memory;
+    use crate::{domain::Memory, retrieval::found::Signals};
 
     fn found(cosine: f64, vector_rank: usize, keyword_relative: Option<f64>) -> Found {
         let signals =

@@ -14,6 +14,7 @@ pub mod named_symbol;
 mod pipeline;
 pub mod query_cache;
 pub mod ranking;
+pub mod recency;
 pub mod record;
 pub mod review;
 mod search;
@@ -30,8 +31,8 @@ use std::{sync::Arc, time::Duration};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub use pipeline::StageTimings;
 pub use settings::RetrievalConfig;
+pub use trace::StageTimings;
 pub use types::*;
 
 use crate::{

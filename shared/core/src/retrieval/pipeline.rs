@@ -13,7 +13,7 @@ use super::{
     stage1::{self, BranchSettings},
     taxonomy::Taxonomy,
     time_anchor,
-    trace::{Candidates, Excluded, Trace},
+    trace::{Candidates, Excluded, StageTimings, Trace},
 };
 use crate::store::{self, ReadFilter, SearchFilters, branches::BranchExtras};
 
@@ -37,24 +37,6 @@ pub fn recent_turns(text: &str, words: usize) -> &str {
         (start, counted) = (line_start, counted + line_words);
     }
     &text[start..]
-}
-
-/// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line,
-/// and what the benchmark reports).
-#[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct StageTimings {
-    /// The query's embedding and the caller's context (scopes, taxonomy), fetched together.
-    pub context_ms: f64,
-    /// Stage 1 from start to end: both branches (run concurrently) and their fusion.
-    pub branches_ms: f64,
-    pub vector_ms: f64,
-    pub keyword_ms: f64,
-    pub fusion_ms: f64,
-    /// Stage 2 (and the cooldown).
-    pub classify_ms: f64,
-    /// Stages 3 and 4.
-    pub rank_ms: f64,
-    pub candidates: usize,
 }
 
 /// What Stages 3 and 4 made of the candidates.

@@ -10,7 +10,7 @@ use super::{
     time_anchor::{TimeAnchor, of_the_time},
     trace::Explanation,
 };
-use crate::domain::{MemoryType, TrustLevel};
+use crate::domain::TrustLevel;
 
 /// Weights of the composite score; the spec's values are the default.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -61,19 +61,7 @@ pub const NUDGE: f64 = 0.1;
 /// nDCG@10 was the same within 0.0001 for penalties of 0.15, 0.3, 0.6 and 0.9 (docs/decisions.md).
 pub const OFF_TIME_PENALTY: f64 = 0.3;
 
-/// Recency half-life: 30 days for episodic and execution summaries, 180 days for everything else.
-pub fn half_life_days(memory_type: MemoryType) -> f64 {
-    match memory_type {
-        MemoryType::Episodic | MemoryType::ExecutionSummary => 30.0,
-        MemoryType::Semantic | MemoryType::Procedural | MemoryType::Preference | MemoryType::EntityProfile => 180.0,
-    }
-}
-
-/// Exponential decay on age: 1 when new, 0.5 after one half-life. Future timestamps count as new.
-pub fn recency(created_at: DateTime<Utc>, as_of: DateTime<Utc>, memory_type: MemoryType) -> f64 {
-    let age_days = (as_of - created_at).num_milliseconds().max(0) as f64 / 86_400_000.0;
-    0.5f64.powf(age_days / half_life_days(memory_type))
-}
+pub use super::recency::{half_life_days, recency};
 
 /// weights.cosine × cosine + weights.recency × recency + weights.confidence × confidence.
 pub fn composite(weights: &RankingWeights, cosine: f64, recency: f64, confidence: f64) -> f64 {
@@ -131,7 +119,7 @@ pub fn rank_counted(ranking: Ranking<'_>, candidates: &[&Found], max_results: us
             memory: c.memory.clone(),
             score,
             cosine_sim: c.cosine_sim,
-            explanation: explain.then(|| Explanation::of(c, &ranking, learned)),
+            explanation: explain.then(|| Explanation::of(c, anchors, recency_at, learned)),
         })
         .collect();
     (ranked, repeats)
@@ -140,6 +128,7 @@ pub fn rank_counted(ranking: Ranking<'_>, candidates: &[&Found], max_results: us
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::MemoryType;
     use chrono::Duration;
 
     fn ranked_by<'a>(
@@ -155,20 +144,6 @@ mod tests {
     fn composite_score_matches_the_formula_within_a_thousandth() {
         let score = composite(&RankingWeights::default(), 0.8, 0.6, 0.9);
         assert!((score - 0.76).abs() < 0.001, "{score}");
-    }
-
-    #[test]
-    fn recency_halves_after_one_half_life_per_memory_type() {
-        let now = Utc::now();
-        let episodic = recency(now - Duration::days(30), now, MemoryType::Episodic);
-        let summary = recency(now - Duration::days(30), now, MemoryType::ExecutionSummary);
-        let semantic = recency(now - Duration::days(180), now, MemoryType::Semantic);
-        let preference = recency(now - Duration::days(90), now, MemoryType::Preference);
-        assert!((episodic - 0.5).abs() < 0.001);
-        assert!((summary - 0.5).abs() < 0.001);
-        assert!((semantic - 0.5).abs() < 0.001);
-        assert!((preference - 0.5f64.powf(0.5)).abs() < 0.001);
-        assert_eq!(recency(now + Duration::days(3), now, MemoryType::Episodic), 1.0);
     }
 
     #[test]

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use chrono::{DateTime, Utc};
+
 use super::{
-    found::Found,
-    fusion::Blend,
+    found::{Blend, Found},
     learned::{Features, NAMES, Scorer},
-    ranking::{Ranking, recency},
-    time_anchor::of_the_time,
+    recency::recency,
+    time_anchor::{TimeAnchor, of_the_time},
 };
 
 /// One branch's evidence for a memory.
@@ -56,18 +57,19 @@ pub struct Explanation {
 }
 
 impl Explanation {
-    /// `c`'s explanation under `ranking` (`scorer`: the learned model, when it ranked).
-    pub fn of(c: &Found, ranking: &Ranking<'_>, scorer: Option<&Scorer>) -> Self {
-        let features = Features::of(c, ranking.anchors, ranking.recency_at);
+    /// `c`'s explanation for a query naming `anchors`, recency measured at `recency_at` (`scorer`: the learned
+    /// model, when it ranked).
+    pub fn of(c: &Found, anchors: &[TimeAnchor], recency_at: DateTime<Utc>, scorer: Option<&Scorer>) -> Self {
+        let features = Features::of(c, anchors, recency_at);
         Self {
             vector: evidence(c.vector_rank, c.cosine_sim, c.signals.cosine_in_range),
             keyword: evidence(c.keyword_rank, c.keyword_score, c.signals.keyword_in_range),
             fused_rank: c.fused_rank,
             relevance: c.relevance,
             name_said: c.signals.name_said,
-            recency: recency(c.memory.created_at, ranking.recency_at, c.memory.memory_type),
+            recency: recency(c.memory.created_at, recency_at, c.memory.memory_type),
             confidence: c.memory.confidence,
-            of_the_named_time: (!ranking.anchors.is_empty()).then(|| of_the_time(ranking.anchors, c.memory.created_at)),
+            of_the_named_time: (!anchors.is_empty()).then(|| of_the_time(anchors, c.memory.created_at)),
             features: named(features.0),
             contributions: scorer.map(|s| named(s.contributions(&features))),
         }
@@ -110,7 +112,7 @@ pub struct Trace {
     pub candidates: Candidates,
     pub excluded: Excluded,
     /// How long each stage took, in milliseconds.
-    pub timings_ms: super::pipeline::StageTimings,
+    pub timings_ms: StageTimings,
 }
 
 /// Stage 1's rows per branch (inside the caller's scope, sensitivity and expiry, which are never counted), and
@@ -142,4 +144,22 @@ pub struct Excluded {
     pub beyond_max_results: usize,
     /// Over the text budget (`max_chars`, `max_tokens`).
     pub budget: usize,
+}
+
+/// How long a query's stages took, in milliseconds, and how many candidates Stage 1 found (the request's log line,
+/// and what the benchmark reports).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StageTimings {
+    /// The query's embedding and the caller's context (scopes, taxonomy), fetched together.
+    pub context_ms: f64,
+    /// Stage 1 from start to end: both branches (run concurrently) and their fusion.
+    pub branches_ms: f64,
+    pub vector_ms: f64,
+    pub keyword_ms: f64,
+    pub fusion_ms: f64,
+    /// Stage 2 (and the cooldown).
+    pub classify_ms: f64,
+    /// Stages 3 and 4.
+    pub rank_ms: f64,
+    pub candidates: usize,
 }
