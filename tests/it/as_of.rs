@@ -29,7 +29,7 @@ async fn moment() -> DateTime<Utc> {
 /// The answer as of `at` (recency measured from it too, as the API asks).
 async fn answer_at(retriever: &Retriever, org: Uuid, at: Option<DateTime<Utc>>) -> RetrievalResult {
     let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, QUERY);
-    (request.recency_at, request.active_at) = (at, at);
+    request.as_of(at);
     retriever.query(request).await.unwrap()
 }
 

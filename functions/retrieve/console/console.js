@@ -110,6 +110,11 @@ function traceOf(result) {
   return el("dl", {}, items);
 }
 
+// A button that opens a memory's view.
+function openButton(id, label = id) {
+  return el("button", { class: "open", type: "button", onclick: () => setFragment(new URLSearchParams({ memory: id })) }, label);
+}
+
 function memoryLine(memory, score, extra) {
   const badges = [el("span", { class: "badge" }, memory.memory_type), el("span", { class: "badge" }, memory.scope)];
   if (memory.provenance.trust_level === "untrusted") badges.push(el("span", { class: "badge warn" }, "untrusted"));
@@ -123,7 +128,7 @@ function memoryLine(memory, score, extra) {
       { class: "meta" },
       badges,
       `score ${score.toFixed(3)} · confidence ${memory.confidence.toFixed(2)} · written ${memory.created_at} · `,
-      el("button", { class: "open", type: "button", onclick: () => setFragment(new URLSearchParams({ memory: memory.id })) }, "open"),
+      openButton(memory.id, "open"),
     ),
     extra,
   );
@@ -220,10 +225,6 @@ async function openMemory(id) {
 }
 
 // ---- review ----
-
-function openButton(id) {
-  return el("button", { class: "open", type: "button", onclick: () => setFragment(new URLSearchParams({ memory: id })) }, id);
-}
 
 async function openReview() {
   for (const section of ["answer", "memory"]) $(section).hidden = true;

@@ -111,7 +111,7 @@ pub async fn retrieve(
     request.cooldown_token = body.cooldown_token;
     request.include_archive = body.include_archive;
     request.explain = body.explain;
-    (request.recency_at, request.active_at) = (body.as_of, body.as_of);
+    request.as_of(body.as_of);
     request.max_chars = match (body.max_chars, body.max_tokens) {
         (Some(_), Some(_)) => return Err(ApiError::Unprocessable("give max_chars or max_tokens, not both".into())),
         (chars, tokens) => chars.or(tokens.map(|t| t.saturating_mul(CHARS_PER_TOKEN))),
@@ -149,6 +149,6 @@ pub(crate) async fn memory_query(
     request.max_results = input.max_results.unwrap_or(RetrievalRequest::DEFAULT_MAX_RESULTS);
     request.include_archive = input.include_archive;
     request.explain = input.explain;
-    (request.recency_at, request.active_at) = (input.as_of, input.as_of);
+    request.as_of(input.as_of);
     Ok(state.retriever.query(request).await?)
 }

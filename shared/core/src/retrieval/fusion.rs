@@ -10,7 +10,7 @@ use uuid::Uuid;
 pub use super::found::Blend;
 use super::{
     found::{Found, Signals},
-    named_symbol::QueryWords,
+    named_symbol::{self, QueryWords},
 };
 use crate::{domain::Memory, store::branches::BranchRow};
 
@@ -215,7 +215,6 @@ pub fn fuse(vector_rows: Vec<BranchRow>, keyword_rows: Vec<BranchRow>, text: &st
     let standing_blend =
         if from_code { StandingBlend::for_code(&cosines, &bm25) } else { StandingBlend::of(&cosines, &bm25) };
     let words = QueryWords::of(text);
-    let names = from_code.then_some(&words);
     let relative = |keyword_score: f64| Some(keyword_score / best_keyword).filter(|_| best_keyword > 0.0);
     // The keyword-led blend's score for a candidate the keyword list does not hold: the list's last row's when the
     // list is full (it may have had no room for the candidate), none otherwise.
@@ -239,8 +238,9 @@ pub fn fuse(vector_rows: Vec<BranchRow>, keyword_rows: Vec<BranchRow>, text: &st
                 Some(blend) => blend.relevance(c.cosine_sim, c.keyword_rank.and(c.keyword_score)),
                 None => relevance(evidence, c.cosine_sim, c.keyword_relative.or(unlisted)),
             };
-            if let Some(names) = names {
-                c.relevance = names.pulled(c.relevance, &c.memory);
+            let name_said = words.share_of_name(&c.memory).unwrap_or(0.0);
+            if from_code {
+                c.relevance = named_symbol::pulled(c.relevance, name_said);
             }
             let in_range =
                 |spread: Option<Spread>, score: Option<f64>| spread.zip(score).map_or(0.0, |(s, v)| s.scaled(v));
@@ -250,7 +250,7 @@ pub fn fuse(vector_rows: Vec<BranchRow>, keyword_rows: Vec<BranchRow>, text: &st
                 vector_standing,
                 nearest_cosine,
                 answered_from_code: from_code,
-                name_said: words.share_of_name(&c.memory).unwrap_or(0.0),
+                name_said,
             };
             c
         })

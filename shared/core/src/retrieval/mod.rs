@@ -75,6 +75,9 @@ pub struct Retriever {
     ranking_digest: String,
 }
 
+/// The text search configuration `memory.content_tsv` is built with, which queries use unless told otherwise.
+const TEXT_SEARCH_CONFIG: &str = "memory_text";
+
 impl Retriever {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>, config: RetrievalConfig) -> Self {
         Self {
@@ -85,9 +88,9 @@ impl Retriever {
             llm_timeout: crate::config::DEFAULT_REQUEST_LLM_TIMEOUT,
             cooldown: cooldown::CooldownTracker::new(config.cooldown_sessions),
             cooldown_key: cooldown_token::TokenKey::random(),
-            ranking_digest: record::ranking_digest(&config, "memory_text"),
+            ranking_digest: record::ranking_digest(&config, TEXT_SEARCH_CONFIG),
             config,
-            text_search_config: "memory_text".into(),
+            text_search_config: TEXT_SEARCH_CONFIG.into(),
             repositories: None,
         }
     }

@@ -97,12 +97,12 @@ impl QueryWords {
         let said = name_words.iter().filter(|w| self.0.contains(*w)).count();
         Some(said as f64 / name_words.len() as f64)
     }
+}
 
-    /// A relevance in [0, 1] moved [`NAMED_PULL`] times the share of the memory's name the query says of the way
-    /// to 1; unchanged for a memory without a name.
-    pub fn pulled(&self, relevance: f64, memory: &Memory) -> f64 {
-        relevance + NAMED_PULL * self.share_of_name(memory).unwrap_or(0.0) * (1.0 - relevance)
-    }
+/// A relevance in [0, 1] moved [`NAMED_PULL`] times `name_said` (the share of a chunk's name the query says,
+/// [`QueryWords::share_of_name`]; 0 for a memory without a name) of the way to 1.
+pub fn pulled(relevance: f64, name_said: f64) -> f64 {
+    relevance + NAMED_PULL * name_said * (1.0 - relevance)
 }
 
 #[cfg(test)]

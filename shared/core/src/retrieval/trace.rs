@@ -3,10 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-use chrono::{DateTime, Utc};
 
 use super::{
     found::{Blend, Found},

@@ -74,6 +74,11 @@ pub struct RetrievalRequest {
 impl RetrievalRequest {
     pub const DEFAULT_MAX_RESULTS: usize = 20;
 
+    /// `as_of` as the API takes it: the memories active at that time, recency measured from it (None: now).
+    pub fn as_of(&mut self, at: Option<DateTime<Utc>>) {
+        (self.recency_at, self.active_at) = (at, at);
+    }
+
     pub fn new(organization_id: Uuid, mode: RetrievalMode, query: impl Into<String>) -> Self {
         Self {
             organization_id,
