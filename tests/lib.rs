@@ -147,9 +147,14 @@ pub const TEST_SECRET: &str = "test-secret-of-at-least-thirty-two-bytes";
 
 /// The retrieve app over `retriever`, authenticating local tokens signed with [`TEST_SECRET`].
 pub fn local_app(retriever: Retriever) -> axum::Router {
+    retrieve::app(local_state(retriever))
+}
+
+/// [`local_app`]'s state, to add to before serving.
+pub fn local_state(retriever: Retriever) -> retrieve::AppState {
     use retrieve::auth::{LOCAL_AUDIENCE, LOCAL_ISSUER};
     let auth = retrieve::Authenticator::local(&TEST_SECRET.to_string().into(), LOCAL_ISSUER, LOCAL_AUDIENCE);
-    retrieve::app(retrieve::AppState::new(retriever, auth.unwrap()))
+    retrieve::AppState::new(retriever, auth.unwrap())
 }
 
 /// A local token for `org` (acting as `agent`, with `scope` when given), valid ten minutes.
@@ -331,4 +336,41 @@ pub async fn lock_waiters(db: &Db, at_least: i64) -> i64 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     waiting
+}
+
+/// A new queue whose messages move to a new dead-letter queue after two receives: (queue, dead-letter queue).
+pub async fn queue_with_dead_letters(sqs: &aws_sdk_sqs::Client) -> (String, String) {
+    let name = format!("t-{}", Uuid::now_v7().simple());
+    let dlq = sqs.create_queue().queue_name(format!("{name}-dlq")).send().await.unwrap().queue_url.unwrap();
+    let arn_name = aws_sdk_sqs::types::QueueAttributeName::QueueArn;
+    let attributes = sqs.get_queue_attributes().queue_url(&dlq).attribute_names(arn_name.clone()).send().await.unwrap();
+    let dlq_arn = attributes.attributes.unwrap()[&arn_name].clone();
+    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}).to_string();
+    let queue = sqs
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, redrive)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    (queue, dlq)
+}
+
+/// Sends `body` to `queue` and fails it as a worker does (receives it and leaves it) until SQS moves it to the
+/// dead-letter queue.
+pub async fn dead_letter(sqs: &aws_sdk_sqs::Client, queue: &str, body: &str) {
+    sqs.send_message().queue_url(queue).message_body(body).send().await.unwrap();
+    for _ in 0..3 {
+        sqs.receive_message().queue_url(queue).visibility_timeout(0).send().await.unwrap();
+    }
+}
+
+/// The AWS SDK's configuration for the local stack's endpoint (moto).
+pub async fn local_aws() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))
+        .load()
+        .await
 }

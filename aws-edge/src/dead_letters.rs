@@ -59,6 +59,16 @@ pub async fn queue_of(sqs: &Client, queue_url: &str) -> anyhow::Result<Option<St
     Ok(sqs.get_queue_url().queue_name(name).send().await?.queue_url)
 }
 
+/// A job queue's depth and how many messages wait on its dead-letter queue (`None`: it has none).
+pub async fn depth_and_dead(sqs: &Client, queue_url: &str) -> anyhow::Result<(Depth, Option<u64>)> {
+    let depth = depth(sqs, queue_url).await?;
+    let dead = match queue_of(sqs, queue_url).await? {
+        Some(dead) => Some(self::depth(sqs, &dead).await?.waiting),
+        None => None,
+    };
+    Ok((depth, dead))
+}
+
 /// Every message on the dead-letter queue; each is visible again once listed.
 pub async fn list(sqs: &Client, dead_letter_url: &str) -> anyhow::Result<Vec<DeadLetter>> {
     let received = receive_all(sqs, dead_letter_url).await?;

@@ -493,6 +493,7 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
     let other_org = Some(token(Uuid::now_v7(), None, None));
     let operator = Some(token(org, None, Some("memory:operator")));
     let other_operator = Some(token(Uuid::now_v7(), None, Some("memory:operator")));
+    let deployment = Some(token(org, None, Some("memory:deployment")));
     let reviewer = Some(token(org, Some(agent_with_scopes(&db, org, &[Scope::Org]).await), None));
     let symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "parse_config"});
     let no_symbol = json!({"project_id": project, "path": "src/lib.rs", "symbol": "nothing"});
@@ -523,6 +524,9 @@ async fn every_route_answers_as_the_openapi_document_declares(opts: PgPoolOption
         ("/v1/review", get("/v1/review".into(), &other_operator, StatusCode::OK, "")),
         ("/v1/review", get("/v1/review".into(), &t, StatusCode::FORBIDDEN, "forbidden")),
         ("/v1/review", get("/v1/review".into(), &None, StatusCode::UNAUTHORIZED, "unauthorized")),
+        ("/v1/queues", get("/v1/queues".into(), &deployment, StatusCode::OK, "")),
+        ("/v1/queues", get("/v1/queues".into(), &operator, StatusCode::FORBIDDEN, "forbidden")),
+        ("/v1/queues", get("/v1/queues".into(), &None, StatusCode::UNAUTHORIZED, "unauthorized")),
         ("/v1/retrieve", post("/v1/retrieve", &t, passive, StatusCode::OK, "")),
         ("/v1/retrieve", post("/v1/retrieve", &t, agent_query.clone(), StatusCode::OK, "")),
         ("/v1/retrieve", malformed),

@@ -4,7 +4,7 @@
 use std::{sync::Arc, time::Duration};
 
 use aws_edge::relay::EventBridgeSink;
-use integration_tests::{Db, memory};
+use integration_tests::{Db, dead_letter, local_aws, memory, queue_with_dead_letters};
 use memory_core::{
     outbox::{Budget, OutboxRelay},
     store::{self, transitions},
@@ -16,16 +16,9 @@ fn bus() -> String {
     std::env::var("MEMORY_EVENT_BUS").unwrap_or_else(|_| "agent-memory".into())
 }
 
-async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))
-        .load()
-        .await
-}
-
 #[tokio::test]
 async fn every_worker_queue_exists_with_a_dead_letter_queue() {
-    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let sqs = aws_sdk_sqs::Client::new(&local_aws().await);
     for job in memory_core::jobs::JobType::ALL {
         let name = format!("memory-{}", job.function());
         let url = sqs.get_queue_url().queue_name(&name).send().await.unwrap().queue_url.unwrap();
@@ -45,7 +38,7 @@ async fn every_worker_queue_exists_with_a_dead_letter_queue() {
 
 #[tokio::test]
 async fn the_event_bus_accepts_domain_events() {
-    let events = aws_sdk_eventbridge::Client::new(&sdk_config().await);
+    let events = aws_sdk_eventbridge::Client::new(&local_aws().await);
     let entry = aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
         .event_bus_name(bus())
         .source("agent-memory.test")
@@ -104,7 +97,7 @@ async fn outbox_events_reach_the_bus_and_wait_in_the_outbox_while_it_is_unreacha
     outbox_ids.sort();
     assert_eq!(outbox_ids.len(), 2);
 
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let queue = queue_for_events_of(&sdk, org).await;
     let unreachable = aws_sdk_eventbridge::config::Builder::from(&sdk).endpoint_url("http://127.0.0.1:9").build();
     let down = OutboxRelay::new(
@@ -178,7 +171,7 @@ async fn two_relays_publish_an_organisations_events_one_batch_at_a_time_in_order
             .await
             .unwrap()
     };
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let bus = Arc::new(RecordingBus {
         bus: EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus()),
         calls: Default::default(),
@@ -209,7 +202,7 @@ async fn a_relay_within_a_budget_leaves_the_rest_of_a_backlog_in_order(opts: PgP
         transitions::create(&mut tx, &memory(org, &format!("fact {i}")).new, &[]).await.unwrap();
         tx.commit().await.unwrap();
     }
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let bus = Arc::new(RecordingBus {
         bus: EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus()),
         calls: Default::default(),
@@ -252,7 +245,7 @@ async fn a_relay_sends_the_jobs_it_has_queues_for_and_leaves_the_rest(opts: PgPo
     store::jobs::enqueue(&mut *tx, org, JobType::MemoryContradictionCheck, body.clone()).await.unwrap();
     tx.commit().await.unwrap();
 
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let name = format!("t-{}-contradiction", org.simple());
     let url = sqs.create_queue().queue_name(name).send().await.unwrap().queue_url.unwrap();
@@ -277,28 +270,10 @@ async fn a_relay_sends_the_jobs_it_has_queues_for_and_leaves_the_rest(opts: PgPo
 #[tokio::test]
 async fn dead_letters_are_listed_and_sent_back_to_their_queue() {
     use aws_edge::dead_letters;
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let name = format!("t-{}", Uuid::now_v7().simple());
-    let dlq = sqs.create_queue().queue_name(format!("{name}-dlq")).send().await.unwrap().queue_url.unwrap();
-    let arn_name = aws_sdk_sqs::types::QueueAttributeName::QueueArn;
-    let attributes = sqs.get_queue_attributes().queue_url(&dlq).attribute_names(arn_name.clone()).send().await.unwrap();
-    let dlq_arn = attributes.attributes.unwrap()[&arn_name].clone();
-    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}).to_string();
-    let queue = sqs
-        .create_queue()
-        .queue_name(&name)
-        .attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, redrive)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    sqs.send_message().queue_url(&queue).message_body(r#"{"poison": true}"#).send().await.unwrap();
-    // A worker receives it and fails it (leaves it), until SQS moves it to the dead-letter queue.
-    for _ in 0..3 {
-        sqs.receive_message().queue_url(&queue).visibility_timeout(0).send().await.unwrap();
-    }
+    let (queue, dlq) = queue_with_dead_letters(&sqs).await;
+    dead_letter(&sqs, &queue, r#"{"poison": true}"#).await;
     assert_eq!(dead_letters::queue_of(&sqs, &queue).await.unwrap().as_deref(), Some(dlq.as_str()));
 
     let listed = dead_letters::list(&sqs, &dlq).await.unwrap();
@@ -311,12 +286,74 @@ async fn dead_letters_are_listed_and_sent_back_to_their_queue() {
     assert_eq!(back.messages()[0].body(), Some(r#"{"poison": true}"#));
 }
 
+/// `GET /v1/queues` gives the deployment's operator each job queue's depth and dead-letter count (what
+/// `memory-admin jobs status` prints); an organisation's operator, who would learn of other organisations'
+/// failures from them, is refused, and no message is received by the reading (the workers still see it).
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_deployment_operator_sees_the_queues_dead_letters_and_an_organisations_operator_does_not(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::jobs::JobType;
+    let db = Db::new(opts, conn).await;
+    let sqs = aws_sdk_sqs::Client::new(&local_aws().await);
+    let (queue, _) = queue_with_dead_letters(&sqs).await;
+    dead_letter(&sqs, &queue, r#"{"organization_id": "0a000000-0000-4000-8000-000000000001"}"#).await;
+    sqs.send_message().queue_url(&queue).message_body("{}").send().await.unwrap();
+    let plain = sqs.create_queue().queue_name(format!("t-{}", Uuid::now_v7().simple())).send().await.unwrap();
+    let queues = retrieve::queues::Queues::of([
+        (JobType::MemoryDedupReview, queue.clone()),
+        (JobType::MemoryFileScan, plain.queue_url.unwrap()),
+    ]);
+    let embedder = Arc::new(integration_tests::FixedEmbedder::default());
+    let state = integration_tests::local_state(integration_tests::retriever(&db, embedder, None)).with_queues(queues);
+    let app = retrieve::app(state);
+    let ask = |token: String| {
+        let request = axum::http::Request::get("/v1/queues")
+            .header("authorization", format!("Bearer {token}"))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let app = app.clone();
+        async move {
+            let response = tower::ServiceExt::oneshot(app, request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice::<serde_json::Value>(&body).unwrap())
+        }
+    };
+    let org = Uuid::now_v7();
+
+    let (status, view) = ask(integration_tests::local_token(org, None, Some("memory:deployment"))).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(
+        view["queues"],
+        serde_json::json!([
+            {"job": "memory_dedup_review", "waiting": 1, "in_flight": 0, "dead": 1},
+            {"job": "memory_file_scan", "waiting": 0, "in_flight": 0, "dead": null},
+        ]),
+        "{view}"
+    );
+    assert_eq!(
+        view["not_configured"],
+        serde_json::json!(["memory_ingest", "memory_contradiction_check", "memory_entity_synthesis"])
+    );
+    let waiting = sqs.receive_message().queue_url(&queue).send().await.unwrap();
+    assert_eq!(waiting.messages().len(), 1, "counting received nothing");
+
+    for scope in [Some("memory:operator"), None] {
+        let (status, refusal) = ask(integration_tests::local_token(org, None, scope)).await;
+        assert_eq!(status, 403, "{scope:?}: {refusal}");
+        assert!(refusal["error"]["message"].as_str().unwrap().contains("memory:deployment"), "{refusal}");
+        assert!(refusal.get("queues").is_none());
+    }
+}
+
 /// After a forget, `purge` deletes the dead-letter messages of that organisation (they may quote what was forgotten)
 /// and leaves every other message, visible again.
 #[tokio::test]
 async fn an_organisations_dead_letters_are_purged_and_the_others_stay() {
     use aws_edge::dead_letters;
-    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let sqs = aws_sdk_sqs::Client::new(&local_aws().await);
     let dlq = sqs.create_queue().queue_name(format!("t-{}-dlq", Uuid::now_v7().simple())).send().await.unwrap();
     let dlq = dlq.queue_url.unwrap();
     let (forgotten, other) = (Uuid::now_v7(), Uuid::now_v7());
@@ -437,7 +474,7 @@ async fn a_backlog_of_100000_events_drains_over_bounded_sweeps_after_the_bus_ref
             .await
             .unwrap();
 
-    let sdk = sdk_config().await;
+    let sdk = local_aws().await;
     let (sweep, rows) = (Duration::from_secs(10), 20_000);
     let slack = Duration::from_secs(5);
     let refused = aws_sdk_eventbridge::config::Builder::from(&sdk).endpoint_url("http://127.0.0.1:9").build();

@@ -7,7 +7,8 @@ use std::{path::PathBuf, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use integration_tests::{
-    Db, FixedEmbedder, axis, contradicted_by, local_app, local_token, memory, retriever, vector_with_similarity,
+    Db, FixedEmbedder, axis, contradicted_by, dead_letter, local_aws, local_state, local_token, memory,
+    queue_with_dead_letters, retriever, vector_with_similarity,
 };
 use memory_core::{
     lifecycle::synthesis::EntitySynthesizer,
@@ -72,7 +73,12 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     EntitySynthesizer::new(llm, None).synthesize_profile(&db.app, org, entity).await.unwrap();
 
     let embedder = Arc::new(FixedEmbedder::default().with(QUERY, axis(0)));
-    let app = local_app(retriever(&db, embedder, None));
+    // One job queue with a dead letter, for the deployment operator's view.
+    let sqs = aws_sdk_sqs::Client::new(&local_aws().await);
+    let (queue, _) = queue_with_dead_letters(&sqs).await;
+    dead_letter(&sqs, &queue, "{}").await;
+    let queues = retrieve::queues::Queues::of([(memory_core::jobs::JobType::MemoryEntitySynthesis, queue)]);
+    let app = retrieve::app(local_state(retriever(&db, embedder, None)).with_queues(queues));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -134,6 +140,15 @@ async fn the_console_shows_an_explained_answer_a_memory_and_an_earlier_time_in_a
     let page = rendered(&format!("{base}/console#token={operator}&review=1"), "review").await;
     let held = between(&page, r#"<table id="held">"#, "</table>");
     assert!(held.contains(why) && held.contains(&thursday.id.to_string()), "{held}");
+    let queues = between(&page, r#"<table id="queues">"#, "</table>");
+    assert!(!queues.contains("memory_entity_synthesis"), "the queues are not an organisation's: {queues}");
+    assert!(between(&page, r#"<p id="queues-note""#, "</p>").contains("403"), "{page}");
+    // The deployment's operator: each queue's dead letters, and no organisation's review.
+    let deployment = local_token(org, None, Some("memory:deployment"));
+    let page = rendered(&format!("{base}/console#token={deployment}&review=1"), "review-queues").await;
+    let synthesis = between(&page, r#"<tr class="dead""#, "</tr>");
+    assert!(synthesis.contains("memory_entity_synthesis") && synthesis.contains("<td>1</td>"), "{synthesis}");
+    assert!(!page.contains(why), "the deployment scope reads no organisation's review");
     let stranger = local_token(Uuid::now_v7(), None, Some("memory:operator"));
     let page = rendered(&format!("{base}/console#token={stranger}&review=1"), "review-other-organisation").await;
     assert!(!page.contains(why), "another organisation's operator sees none of it");

@@ -68,10 +68,7 @@ async fn every_sample_event_drives_its_handler(opts: PgPoolOptions, conn: PgConn
 
     let app = integration_tests::sample_event_app(retriever(&db, minilm(), None));
     let repos = std::env::temp_dir().join(format!("events-{}", Uuid::now_v7()));
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))
-        .load()
-        .await;
+    let sdk = integration_tests::local_aws().await;
     let bus = std::env::var("MEMORY_EVENT_BUS").unwrap_or_else(|_| "agent-memory".into());
     let relay =
         OutboxRelay::new(db.app.clone(), Arc::new(EventBridgeSink::new(aws_sdk_eventbridge::Client::new(&sdk), bus)))

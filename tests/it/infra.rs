@@ -143,6 +143,47 @@ fn every_job_has_its_queue_worker_function_binary_and_local_queue() {
     }
 }
 
+/// The retrieve function counts every job queue and its dead-letter queue for `GET /v1/queues`, and can neither
+/// receive, delete nor send: reading the queues never takes a message from the workers.
+#[test]
+fn the_retrieve_function_may_count_every_queue_and_take_no_message() {
+    use memory_core::jobs::JobType;
+    let template = template();
+    let retrieve = &template["Resources"]["RetrieveFunction"]["Properties"];
+    let statements: Vec<&Value> = retrieve["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["Statement"].as_array().into_iter().flatten())
+        .collect();
+    let actions = |s: &Value| -> Vec<String> {
+        match &s["Action"] {
+            Value::String(a) => vec![a.clone()],
+            Value::Array(a) => a.iter().filter_map(|a| a.as_str().map(String::from)).collect(),
+            _ => vec![],
+        }
+    };
+    let sqs: Vec<&&Value> = statements.iter().filter(|s| actions(s).iter().any(|a| a.starts_with("sqs:"))).collect();
+    assert_eq!(sqs.len(), 1, "one statement for the queues");
+    let mut granted = actions(sqs[0]);
+    granted.sort();
+    assert_eq!(granted, ["sqs:GetQueueAttributes", "sqs:GetQueueUrl"]);
+    let resources: Vec<&str> = sqs[0]["Resource"].as_array().unwrap().iter().filter_map(target).collect();
+    let queues = resources_of(&template, "AWS::SQS::Queue");
+    assert_eq!(resources.len(), queues.len(), "every queue and dead-letter queue: {resources:?}");
+    for queue in queues.keys() {
+        assert!(resources.contains(&queue.as_str()), "{queue} is counted");
+    }
+    let variables = &retrieve["Environment"]["Variables"];
+    for job in JobType::ALL {
+        assert!(!variables[job.queue_variable()].is_null(), "retrieve is given {}", job.queue_variable());
+    }
+    for policy in retrieve["Policies"].as_array().unwrap() {
+        let templates: Vec<&String> = policy.as_object().map(|m| m.keys().collect()).unwrap_or_default();
+        assert!(!templates.iter().any(|p| p.starts_with("SQS")), "no SQS policy template: {templates:?}");
+    }
+}
+
 /// Every function verifies the database's certificate: the CA bundle is a layer of every function and
 /// `MEMORY_DB_SSL_ROOT_CERT` names the file `make package` puts in it.
 #[test]

@@ -21,13 +21,6 @@ use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
-pub(crate) async fn sdk() -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL (run through `make test`)"))
-        .load()
-        .await
-}
-
 /// One memory of an ingest message.
 fn turn(content: &str) -> serde_json::Value {
     json!({
@@ -128,7 +121,7 @@ async fn an_ingest_message_on_the_queue_becomes_active_memories_that_retrieval_r
 ) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let ingest_queue = queue(&sdk, format!("t-{}-ingest", org.simple())).await;
     let check_queue = queue(&sdk, format!("t-{}-contradiction", org.simple())).await;
     let jobs = SqsJobSink::new(
@@ -404,7 +397,7 @@ async fn other_memories_under_a_batch_id_already_ingested_fail_the_message_and_a
 ) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sdk, format!("t-{}-batch-ids", org.simple())).await;
     let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("a new fact", axis(1)));
@@ -613,7 +606,7 @@ async fn a_follow_up_job_whose_send_fails_waits_in_the_outbox_and_is_sent_later(
 ) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let checks = queue(&sdk, format!("t-{}-later", org.simple())).await;
     let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)));
     Ingestor::new(db.app.clone(), embedder)
@@ -732,7 +725,7 @@ async fn a_near_duplicate_is_reviewed_once_its_candidate_is_promoted(opts: PgPoo
         ingestor.ingest(&batch(org, "b1", vec![turn(first)]), Admission::Active).await.unwrap().memory_ids[0];
 
     // The queues of this test, and the relay that sends each worker's follow-up jobs to them.
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let (dedup_queue, check_queue) = (
         queue(&sdk, format!("t-{}-dedup", org.simple())).await,
         queue(&sdk, format!("t-{}-contradiction", org.simple())).await,
@@ -798,7 +791,7 @@ async fn the_ingest_worker_takes_messages_only_from_registered_producers_within_
     use memory_core::{ingest::Producers, store::producers::Producer};
     let db = Db::new(opts, conn).await;
     let (org, other_org) = (Uuid::now_v7(), Uuid::now_v7());
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sdk, format!("t-{}-producers", org.simple())).await;
     let chunk_text = "fn settle() { ledger.close() }";
@@ -933,7 +926,7 @@ async fn a_forget_request_on_the_ingest_queue_needs_a_verified_grant_and_applies
     use memory_core::{ingest::Producers, store::producers::Producer};
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sdk, format!("t-{}-forget", org.simple())).await;
     let embedder = Arc::new(FixedEmbedder::default().with("a fact", axis(0)).with("another fact", axis(1)));
@@ -1036,7 +1029,7 @@ async fn a_producers_forget_reaches_what_it_sent_and_continues_in_follow_up_jobs
     use memory_core::{ingest::Producers, store::producers::Producer};
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = queue(&sdk, format!("t-{}-forget-own", org.simple())).await;
     let mine: Vec<String> = (0..250).map(|i| format!("run-9 fact number {i}")).collect();

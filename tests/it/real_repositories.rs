@@ -161,7 +161,7 @@ async fn a_repository_imported_through_the_ingest_queue_is_active_without_a_chec
     opts: PgPoolOptions,
     conn: PgConnectOptions,
 ) {
-    use super::ingest::{queue, receive, sdk};
+    use super::ingest::{queue, receive};
     use aws_edge::relay::{EventBridgeSink, SqsJobSink};
     use memory_core::{jobs::JobType, outbox::OutboxRelay};
 
@@ -174,7 +174,7 @@ async fn a_repository_imported_through_the_ingest_queue_is_active_without_a_chec
     s.repo.commit("first");
     let plan = s.plan();
 
-    let sdk = sdk().await;
+    let sdk = integration_tests::local_aws().await;
     let name = |job: &str| format!("t-{}-{job}", s.org.simple());
     let ingest_queue = queue(&sdk, name("ingest")).await;
     let (check_queue, dedup_queue) = (queue(&sdk, name("contradiction")).await, queue(&sdk, name("dedup")).await);

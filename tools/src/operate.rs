@@ -184,12 +184,8 @@ pub async fn jobs_status(pool: &PgPool) -> anyhow::Result<()> {
             println!("{:<28} (not configured: {})", job.as_str(), job.queue_variable());
             continue;
         };
-        let depth = dead_letters::depth(&sqs, &url).await?;
-        let dead = match dead_letters::queue_of(&sqs, &url).await? {
-            Some(dead) => dead_letters::depth(&sqs, &dead).await?.waiting,
-            None => 0,
-        };
-        println!("{:<28} {:>9} {:>9} {:>9}", job.as_str(), depth.waiting, depth.in_flight, dead);
+        let (depth, dead) = dead_letters::depth_and_dead(&sqs, &url).await?;
+        println!("{:<28} {:>9} {:>9} {:>9}", job.as_str(), depth.waiting, depth.in_flight, dead.unwrap_or(0));
     }
     // Per organisation, under its own setting: the owner need not bypass row-level security.
     let (mut jobs, mut events, mut held, mut undecided) = (0, 0, 0, 0);

@@ -2,7 +2,7 @@
 // State lives in the address's fragment (never sent to the server), so a view can be linked and reloaded:
 //   #how=mode:agent_query&q=...&as_of=2026-12-01T10:00:00Z&n=10   an answer
 //   #memory=<id>                                                   a memory, its provenance and chain
-//   #review=1                                                      held decisions and undecided candidates
+//   #review=1                                                      held decisions, undecided candidates, job queues
 // A `token=` in the fragment is moved to this tab's session storage and taken out of the address.
 "use strict";
 
@@ -230,15 +230,29 @@ async function openReview() {
   for (const section of ["answer", "memory"]) $(section).hidden = true;
   $("review").hidden = false;
   status("reading…");
-  const review = await call("GET", "/v1/review");
+  // Each part needs its own scope; a token may have either or both.
+  const [review, queues] = await Promise.allSettled([call("GET", "/v1/review"), call("GET", "/v1/queues")]);
+  const refused = (part) => (part.status === "rejected" ? String(part.reason.message || part.reason) : "");
+  $("review-note").textContent = refused(review);
+  const { held = [], undecided = [] } = review.value || {};
   $("held").tBodies[0].replaceChildren(
-    ...review.held.map((h) =>
+    ...held.map((h) =>
       el("tr", {}, el("td", {}, h.job), el("td", {}, h.action), el("td", {}, openButton(h.memory_id)),
         el("td", {}, openButton(h.other_memory_id)), el("td", {}, h.reason)),
     ),
   );
-  $("undecided").replaceChildren(...review.undecided.map((u) => el("li", {}, openButton(u.id), ` waiting since ${u.since}`)));
-  status(review.held.length || review.undecided.length ? "" : "nothing waits on review");
+  $("undecided").replaceChildren(...undecided.map((u) => el("li", {}, openButton(u.id), ` waiting since ${u.since}`)));
+  const { queues: depths = [], not_configured: missing = [] } = queues.value || {};
+  $("queues-note").textContent =
+    refused(queues) || (missing.length ? `not configured on this instance: ${missing.join(", ")}` : "");
+  $("queues").tBodies[0].replaceChildren(
+    ...depths.map((q) =>
+      el("tr", { class: q.dead ? "dead" : "" }, el("td", {}, q.job), el("td", {}, q.waiting), el("td", {}, q.in_flight),
+        el("td", {}, q.dead === null ? "no dead-letter queue" : q.dead)),
+    ),
+  );
+  if (review.status === "rejected" && queues.status === "rejected") throw review.reason;
+  status(held.length || undecided.length || depths.some((q) => q.dead) ? "" : "nothing waits on review");
 }
 
 // ---- wiring ----

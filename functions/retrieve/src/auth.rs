@@ -23,6 +23,10 @@ pub const ANY_AGENT_SCOPE: &str = "memory:any_agent";
 /// Scope that lets a person operating the service read what waits on review in its organisation (`GET /v1/review`).
 pub const OPERATOR_SCOPE: &str = "memory:operator";
 
+/// Scope of the deployment's operator: every job queue's depth and dead-letter count (`GET /v1/queues`), which
+/// mix all organisations' messages. It reads no memory.
+pub const DEPLOYMENT_SCOPE: &str = "memory:deployment";
+
 /// The claims this service reads.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Claims {
@@ -76,6 +80,8 @@ pub struct Principal {
     pub may_act_for_any_agent: bool,
     /// The token has the operator scope ([`OPERATOR_SCOPE`]).
     pub operator: bool,
+    /// The token has the deployment operator's scope ([`DEPLOYMENT_SCOPE`]).
+    pub deployment_operator: bool,
 }
 
 impl Principal {
@@ -96,12 +102,22 @@ impl Principal {
             agent_id,
             may_act_for_any_agent: has(ANY_AGENT_SCOPE),
             operator: has(OPERATOR_SCOPE),
+            deployment_operator: has(DEPLOYMENT_SCOPE),
         })
     }
 
     /// Refuses a principal without the operator scope.
     pub fn check_operator(&self) -> Result<(), ApiError> {
         if self.operator { Ok(()) } else { Err(ApiError::forbidden(format!("this needs the {OPERATOR_SCOPE} scope"))) }
+    }
+
+    /// Refuses a principal without the deployment operator's scope.
+    pub fn check_deployment_operator(&self) -> Result<(), ApiError> {
+        if self.deployment_operator {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!("this needs the {DEPLOYMENT_SCOPE} scope")))
+        }
     }
 
     /// Checks an organisation named in a body against the principal's.

@@ -35,7 +35,12 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
             retriever.with_repositories(Arc::new(reader), memory_core::repository::exclude::Exclusions::secrets()?);
     }
     let fair = crate::fair::FairShare::from_env(retriever.pool())?;
-    Ok(AppState { retriever: Arc::new(retriever), auth: Arc::new(auth), fair: Arc::new(fair) })
+    Ok(AppState {
+        retriever: Arc::new(retriever),
+        auth: Arc::new(auth),
+        fair: Arc::new(fair),
+        queues: Arc::new(crate::queues::Queues::from_env()),
+    })
 }
 
 /// `MEMORY_AUTH=api-gateway` (the HTTP API's JWT authorizer, `MEMORY_API_ID`, `MEMORY_API_STAGE`; the token's

@@ -8,6 +8,7 @@ mod extract;
 pub mod fair;
 pub mod mcp;
 mod openapi;
+pub mod queues;
 mod routes;
 
 use std::sync::Arc;
@@ -32,13 +33,25 @@ pub struct AppState {
     pub retriever: Arc<Retriever>,
     pub auth: Arc<Authenticator>,
     pub fair: Arc<fair::FairShare>,
+    pub queues: Arc<queues::Queues>,
 }
 
 impl AppState {
-    /// The state with each organisation's default share of the retriever's pool ([`fair::FairShare::of_pool`]).
+    /// The state with each organisation's default share of the retriever's pool ([`fair::FairShare::of_pool`]) and
+    /// no job queues.
     pub fn new(retriever: Retriever, auth: Authenticator) -> Self {
         let fair = fair::FairShare::of_pool(retriever.pool());
-        Self { retriever: Arc::new(retriever), auth: Arc::new(auth), fair: Arc::new(fair) }
+        Self {
+            retriever: Arc::new(retriever),
+            auth: Arc::new(auth),
+            fair: Arc::new(fair),
+            queues: Arc::new(queues::Queues::default()),
+        }
+    }
+
+    /// The job queues `GET /v1/queues` reports.
+    pub fn with_queues(self, queues: queues::Queues) -> Self {
+        Self { queues: Arc::new(queues), ..self }
     }
 }
 

@@ -26,6 +26,7 @@ use crate::routes;
         routes::memories::chain,
         routes::memories::profiles,
         routes::memories::review,
+        routes::system::queues,
     ),
     components(schemas(
         routes::retrieve::MemoryQueryInput,

@@ -61,7 +61,7 @@ pub async fn chain(
 }
 
 /// What waits on an operator in the caller's organisation: held decisions and undecided candidates. Dead letters
-/// are the queues' (`memory-admin jobs status`), which this function does not reach.
+/// are the deployment's (`GET /v1/queues`).
 #[utoipa::path(get, path = "/v1/review",
     responses((status = 200, body = memory_core::retrieval::review::Review), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
     security(("bearer" = [])))]

@@ -32,5 +32,6 @@ pub fn router() -> Router<AppState> {
         .route("/v1/memories/{id}/chain", get(memories::chain))
         .route("/v1/memories/{id}/profiles", get(memories::profiles))
         .route("/v1/review", get(memories::review))
+        .route("/v1/queues", get(system::queues))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
 }

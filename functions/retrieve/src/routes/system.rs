@@ -1,11 +1,11 @@
-//! Health.
+//! Health, the console, and the job queues for the deployment's operator.
 
 use axum::{Json, extract::State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    AppState,
+    AppState, Principal,
     error::{ApiError, ErrorBody},
 };
 
@@ -55,4 +55,17 @@ pub async fn console(uri: axum::http::Uri) -> axum::response::Response {
         *body,
     )
         .into_response()
+}
+
+/// Each job queue's depth and dead-letter count, for the deployment's operator (`memory:deployment`): the counts
+/// `memory-admin jobs status` prints, mixing every organisation's messages, so an organisation's operator is refused.
+#[utoipa::path(get, path = "/v1/queues",
+    responses((status = 200, body = crate::queues::QueuesView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn queues(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<crate::queues::QueuesView>, ApiError> {
+    principal.check_deployment_operator()?;
+    Ok(Json(state.queues.view().await?))
 }
