@@ -15,7 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use memory_core::{
-    embed::MiniLm,
+    embed::{Embedder, MiniLm},
     ingest::{Admission, IngestBatch, Ingestor, VERSION},
 };
 use memory_tools::{
@@ -30,7 +30,7 @@ use crate::{
     Args,
     http::{HttpClient, Server, token},
     model, ms, retrieval,
-    workload::probes,
+    workload::{Precomputed, probes},
 };
 
 /// What one kind of client saw: latency of the 2xx answers, and every answer by status (0: no answer).
@@ -98,7 +98,8 @@ pub async fn run(args: &Args) -> anyhow::Result<LoadReport> {
         "{} clients of the busy organisation, ingest alongside, and the quiet one, {} s",
         args.load_clients, args.http_seconds
     );
-    let ingest = tokio::spawn(ingest(args.model_dir.clone(), prepared.db.app.clone(), busy.id, seconds, args.seed));
+    let writes = Writes::embedded(&args.model_dir, busy.id, seconds, args.seed).await?;
+    let ingest = tokio::spawn(writes.ingest(prepared.db.app.clone()));
     let (busy_seen, quiet_seen) = tokio::join!(
         clients(&client, &server.base, corpus, busy, args.load_clients, seconds, args.seed + 2, true),
         clients(&client, &server.base, corpus, quiet, 1, seconds, args.seed + 3, false),
@@ -138,7 +139,10 @@ async fn clients(
     seed: u64,
     mixed: bool,
 ) -> Seen {
-    let probes = Arc::new(probes(corpus, 2_000, seed, Some(org)));
+    // The quiet client never asks the same text twice in a phase: the query-embedding cache would answer the
+    // repeats of a phase that ran longer or faster, and the phases would not pay for the same work.
+    let distinct = if mixed { 2_000 } else { (length.as_secs() as usize * 1_000).max(2_000) };
+    let probes = Arc::new(probes(corpus, distinct, seed, Some(org)));
     let deadline = Instant::now() + length;
     let tasks: Vec<_> = (0..count)
         .map(|c| {
@@ -247,36 +251,51 @@ fn mcp_status(body: &[u8]) -> u16 {
     }
 }
 
-/// Memories written into `organization_id` through `Ingestor` (the workers' path), a batch of ten a second, for
-/// `length`: what the extraction pipeline adds while agents read. Returns their ids.
-async fn ingest(
-    model_dir: std::path::PathBuf,
-    pool: sqlx::PgPool,
-    organization_id: Uuid,
-    length: Duration,
-    seed: u64,
-) -> anyhow::Result<Vec<Uuid>> {
-    let model = Arc::new(MiniLm::new(&model_dir)?);
-    let ingestor = Ingestor::new(pool, model);
-    let mut rng = StdRng::seed_from_u64(seed);
-    // Texts of this run only: a kept corpus already holds the last run's, which would be duplicates.
-    let run = Uuid::new_v4().simple().to_string();
-    let (started, mut written) = (Instant::now(), Vec::new());
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    while started.elapsed() < length {
-        tick.tick().await;
-        let batch = IngestBatch {
-            job_type: None,
-            version: VERSION,
-            organization_id,
-            batch_id: format!("load-{}", Uuid::new_v4()),
-            memories: (0..10)
-                .map(|i| model::memory(&format!("{} ({run} {i})", model::paragraph(1, &mut rng))))
-                .collect(),
-        };
-        written.extend(ingestor.ingest(&batch, Admission::Active).await?.memory_ids);
+/// What the extraction pipeline adds while agents read: a batch of ten memories a second into one organisation,
+/// through `Ingestor` (the workers' path). Embedded before the run: in a deployment the ingest worker embeds on its
+/// own Lambda's cores, and what it shares with the API is the database.
+struct Writes {
+    batches: Vec<IngestBatch>,
+    embedder: Arc<Precomputed>,
+}
+
+impl Writes {
+    async fn embedded(
+        model_dir: &std::path::Path,
+        organization_id: Uuid,
+        length: Duration,
+        seed: u64,
+    ) -> anyhow::Result<Self> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        // Texts of this run only: a kept corpus already holds the last run's, which would be duplicates.
+        let run = Uuid::new_v4().simple().to_string();
+        let batches: Vec<IngestBatch> = (0..length.as_secs().max(1))
+            .map(|_| IngestBatch {
+                job_type: None,
+                version: VERSION,
+                organization_id,
+                batch_id: format!("load-{}", Uuid::new_v4()),
+                memories: (0..10)
+                    .map(|i| model::memory(&format!("{} ({run} {i})", model::paragraph(1, &mut rng))))
+                    .collect(),
+            })
+            .collect();
+        // No context: what is embedded is the content (a text it was not given fails the ingest, and the run).
+        let texts: Vec<String> = batches.iter().flat_map(|b| b.memories.iter().map(|m| m.content.clone())).collect();
+        let vectors = MiniLm::new(model_dir)?.embed(&texts).await?;
+        Ok(Self { batches, embedder: Arc::new(Precomputed(texts.into_iter().zip(vectors).collect())) })
     }
-    Ok(written)
+
+    /// Writes one batch a second; returns the memories' ids.
+    async fn ingest(self, pool: sqlx::PgPool) -> anyhow::Result<Vec<Uuid>> {
+        let ingestor = Ingestor::new(pool, self.embedder);
+        let (mut tick, mut written) = (tokio::time::interval(Duration::from_secs(1)), Vec::new());
+        for batch in &self.batches {
+            tick.tick().await;
+            written.extend(ingestor.ingest(batch, Admission::Active).await?.memory_ids);
+        }
+        Ok(written)
+    }
 }
 
 pub fn print(report: &LoadReport) {
