@@ -11,6 +11,7 @@ mod events;
 mod expiry;
 mod export;
 mod forgetting;
+mod found_cache;
 mod hardening;
 mod infra;
 mod ingest;

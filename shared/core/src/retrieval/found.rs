@@ -37,6 +37,16 @@ pub struct FoundSet {
     pub vector_ms: f64,
     pub keyword_ms: f64,
     pub fusion_ms: f64,
+    /// Taken from the [`found_cache`](super::found_cache), not the branches.
+    pub kept: bool,
+}
+
+impl FoundSet {
+    /// A set the cache kept: no branch ran.
+    pub fn kept(candidates: Vec<Found>, blend: Blend) -> Self {
+        let (vector_ms, keyword_ms, fusion_ms) = (0.0, 0.0, 0.0);
+        Self { candidates, blend, degraded_reasons: Vec::new(), vector_ms, keyword_ms, fusion_ms, kept: true }
+    }
 }
 
 /// What Stage 1 says about a candidate beside its cosine and keyword score: how it stands among each branch's rows,

@@ -2,10 +2,12 @@
 //! searches of MEM-004, behind one [`Retriever`].
 
 pub mod as_of;
+pub mod bounded;
 pub mod cooldown;
 pub mod cooldown_token;
 pub mod distinct;
 pub mod found;
+pub mod found_cache;
 pub mod fusion;
 pub mod keyword;
 pub mod learned;
@@ -65,6 +67,7 @@ pub struct Retriever {
     config: RetrievalConfig,
     cooldown: cooldown::CooldownTracker,
     query_cache: query_cache::QueryCache,
+    found_cache: found_cache::FoundCache,
     /// Signs the cooldown tokens of passive answers.
     cooldown_key: cooldown_token::TokenKey,
     /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
@@ -82,6 +85,7 @@ impl Retriever {
     pub fn new(pool: PgPool, embedder: Arc<dyn Embedder>, llm: Option<Arc<dyn Llm>>, config: RetrievalConfig) -> Self {
         Self {
             query_cache: query_cache::QueryCache::new(config.query_cache_bytes),
+            found_cache: found_cache::FoundCache::new(config.found_cache_bytes),
             pool,
             embedder,
             llm,

@@ -7,7 +7,7 @@ use super::{
     Classification, RankedMemory, RetrievalMode, RetrievalRequest, RetrievalResult, Retriever,
     cooldown::Session,
     cooldown_token,
-    found::Found,
+    found::{Found, FoundSet},
     mention::parse_mentions,
     ranking::{self, Ranking},
     stage1::{self, BranchSettings},
@@ -89,6 +89,32 @@ fn filter_and_rank(
         }
     }
     rank(&everything, true)
+}
+
+/// What the context call gives a request ([`Retriever::load_context`]).
+struct Context {
+    scope: ReadFilter,
+    taxonomy: Taxonomy,
+    has_entity_profiles: bool,
+    generation: i64,
+}
+
+/// What a request asks of Stage 1: the branches' whole input but the query's embedding, which the text and whether
+/// the request is passive decide.
+pub(super) struct Asked<'a> {
+    pub scope: &'a ReadFilter,
+    pub filters: &'a SearchFilters,
+    pub text: &'a str,
+    pub passive: bool,
+    pub settings: &'a BranchSettings<'a>,
+}
+
+impl Asked<'_> {
+    /// All of it, as the found cache's key.
+    fn key(&self) -> String {
+        let Self { scope, filters, text, passive, settings } = self;
+        format!("{passive}\u{0}{scope:?}\u{0}{filters:?}\u{0}{settings:?}\u{0}{text}")
+    }
 }
 
 impl Retriever {
@@ -177,7 +203,7 @@ impl Retriever {
             }
         };
         let (query_vector, context) = tokio::join!(embedding, self.load_context(&request));
-        let (scope, taxonomy, has_entity_profiles) = context?;
+        let Context { scope, taxonomy, has_entity_profiles, generation } = context?;
         lap(&mut timings.context_ms);
 
         // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
@@ -192,7 +218,10 @@ impl Retriever {
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let settings = BranchSettings { extras, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
-        let set = stage1::gather(&self.pool, &scope, &filters, &text, query_vector.as_ref(), &settings).await?;
+        let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
+        let kept_under = degraded.is_empty().then_some(generation);
+        let set = self.gather(asked, query_vector.as_ref(), kept_under).await?;
+        timings.stage1_kept = set.kept;
         degraded.extend(set.degraded_reasons);
         (timings.vector_ms, timings.keyword_ms, timings.fusion_ms) = (set.vector_ms, set.keyword_ms, set.fusion_ms);
         let (mut candidates, blend) = (set.candidates, set.blend);
@@ -369,9 +398,33 @@ impl Retriever {
         Some(pgvector::Vector::from(sum))
     }
 
-    /// The caller's scope filter, the organisation's taxonomy and whether it has entity profiles, in one round
-    /// trip.
-    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<(ReadFilter, Taxonomy, bool)> {
+    /// Stage 1 for `asked`: the candidates kept under the organisation's `generation` when there are
+    /// ([`found_cache`](super::found_cache)), else the branches', kept when nothing degraded them. `None` keeps nothing.
+    pub(super) async fn gather(
+        &self,
+        asked: Asked<'_>,
+        query_vector: Option<&pgvector::Vector>,
+        generation: Option<i64>,
+    ) -> crate::Result<FoundSet> {
+        let key = generation
+            .filter(|_| self.config.found_cache_bytes > 0)
+            .map(|generation| (asked.scope.organization_id(), generation, asked.key()));
+        if let Some(kept) = key.as_ref().and_then(|key| self.found_cache.get(key)) {
+            return Ok(FoundSet::kept(kept.candidates.clone(), kept.blend));
+        }
+        let Asked { scope, filters, text, settings, .. } = asked;
+        let set = stage1::gather(&self.pool, scope, filters, text, query_vector, settings).await?;
+        if let Some(key) = key
+            && set.degraded_reasons.is_empty()
+        {
+            self.found_cache.put(key, set.candidates.clone(), set.blend);
+        }
+        Ok(set)
+    }
+
+    /// The caller's scope filter, the organisation's taxonomy, whether it has entity profiles and its generation, in
+    /// one round trip.
+    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<Context> {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
         let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
@@ -384,7 +437,12 @@ impl Retriever {
         if let Some(at) = request.active_at {
             scope = scope.at(at);
         }
-        Ok((scope, Taxonomy::new(context.taxonomy), context.has_entity_profiles))
+        Ok(Context {
+            scope,
+            taxonomy: Taxonomy::new(context.taxonomy),
+            has_entity_profiles: context.has_entity_profiles,
+            generation: context.generation,
+        })
     }
 
     async fn classify(

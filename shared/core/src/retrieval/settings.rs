@@ -30,6 +30,8 @@ pub struct RetrievalConfig {
     pub cooldown_sessions: usize,
     /// Bytes of query embeddings kept in process (per organisation and text).
     pub query_cache_bytes: usize,
+    /// Bytes of Stage 1 candidate sets kept in process under their organisation's generation (0: none kept).
+    pub found_cache_bytes: usize,
     /// Time budgets: the query embedding, and each search branch's statement timeout. Over budget, a request goes
     /// on degraded (keyword only, or without the branch) rather than slower.
     pub embedding_budget_ms: u64,
@@ -57,6 +59,7 @@ impl Default for RetrievalConfig {
             min_top_score: 0.35,
             cooldown_sessions: 10_000,
             query_cache_bytes: 8 << 20,
+            found_cache_bytes: 64 << 20,
             embedding_budget_ms: 2_000,
             vector_budget_ms: 2_000,
             keyword_budget_ms: 2_000,
@@ -90,6 +93,7 @@ impl RetrievalConfig {
             min_top_score: parsed_or("MEMORY_MIN_TOP_SCORE", d.min_top_score)?,
             cooldown_sessions: parsed_or("MEMORY_COOLDOWN_SESSIONS", d.cooldown_sessions)?,
             query_cache_bytes: parsed_or("MEMORY_QUERY_CACHE_BYTES", d.query_cache_bytes)?,
+            found_cache_bytes: parsed_or("MEMORY_FOUND_CACHE_BYTES", d.found_cache_bytes)?,
             embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
             vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
             keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,

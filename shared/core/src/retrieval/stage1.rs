@@ -16,6 +16,7 @@ use crate::store::{
 };
 
 /// Settings of the two branches.
+#[derive(Debug)]
 pub struct BranchSettings<'a> {
     /// Rows each branch contributes.
     pub rows_per_branch: usize,
@@ -83,6 +84,7 @@ pub async fn gather(
         vector_ms,
         keyword_ms,
         fusion_ms: elapsed_ms(fusion_started),
+        kept: false,
     })
 }
 

@@ -161,4 +161,6 @@ pub struct StageTimings {
     /// Stages 3 and 4.
     pub rank_ms: f64,
     pub candidates: usize,
+    /// Stage 1's candidates were those kept under the organisation's unchanged generation; no branch ran.
+    pub stage1_kept: bool,
 }
