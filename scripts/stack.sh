@@ -5,6 +5,7 @@
 #
 #   scripts/stack.sh install install the Python packages and write the model directory (.local/model)
 #   scripts/stack.sh up      install what is missing, start what is not running, write .local/stack.env
+#                            (MEMORY_PG_REPLICA=1: also a streaming standby of PostgreSQL, made with pg_basebackup)
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh status  exit 0 when PostgreSQL and moto both answer
 #   scripts/stack.sh clean   `down`, then delete the local database and .local/ (the next `up` starts afresh)
@@ -16,12 +17,13 @@ VENV="$LOCAL/venv"
 # A checkout's ports and address, given once (`MEMORY_PG_PORT=55433 MEMORY_MOTO_PORT=54567
 # MEMORY_BIND=127.0.0.1:8788 make run` for a second checkout), are kept in .local/stack.env for every later command.
 if [[ -f "$LOCAL/stack.env" ]]; then
-    for name in MEMORY_PG_PORT MEMORY_MOTO_PORT MEMORY_BIND; do
+    for name in MEMORY_PG_PORT MEMORY_MOTO_PORT MEMORY_BIND MEMORY_PG_REPLICA_PORT; do
         [[ -n "${!name:-}" ]] || declare "$name=$(sed -n "s/^export $name=//p" "$LOCAL/stack.env")"
     done
 fi
 PG_PORT="${MEMORY_PG_PORT:-55432}"
 MOTO_PORT="${MEMORY_MOTO_PORT:-54566}"
+REPLICA_PORT="${MEMORY_PG_REPLICA_PORT:-$((PG_PORT + 1))}"
 PG_USER_OS="agentmem"   # PostgreSQL refuses to run as root: when we are root it runs as this system user.
 PYTHON="${PYTHON:-python3}"
 
@@ -171,8 +173,45 @@ start_postgres() {
     fi
 }
 
+# The standby: a base backup of the running server (-R: it follows the server's WAL stream), on its own port.
+start_replica() {
+    [[ "${MEMORY_PG_REPLICA:-0}" == 1 ]] || return 0
+    local data="$PG_DATA-replica"
+    if [[ ! -f "$data/PG_VERSION" ]]; then
+        log "making a streaming standby of PostgreSQL in $data (pg_basebackup)"
+        mkdir -p "$data"
+        [[ $EUID -eq 0 ]] && chown "$PG_USER_OS" "$data"
+        chmod 700 "$data"
+        # Its slot keeps the WAL it has not received, so a standby stopped with the stack catches up when started.
+        "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc \
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'memory_standby'" >/dev/null
+        as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -D "$data" -R -X stream -c fast \
+            -C -S memory_standby
+    fi
+    if as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        log "PostgreSQL standby already running on 127.0.0.1:$REPLICA_PORT"
+        # A test stopped while it had paused replay left it so.
+        "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$REPLICA_PORT" -U postgres -d postgres -tAc "SELECT pg_wal_replay_resume()" \
+            >/dev/null
+    else
+        ensure_port_free "$REPLICA_PORT" MEMORY_PG_REPLICA_PORT "the PostgreSQL standby"
+        log "starting the PostgreSQL standby on 127.0.0.1:$REPLICA_PORT"
+        as_pg "$PG_BIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
+            -o "-c listen_addresses=127.0.0.1 -p $REPLICA_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=256MB -c hot_standby_feedback=on -c fsync=off" \
+            start >/dev/null
+    fi
+}
+
+stop_replica() {
+    if [[ -f "$PG_DATA-replica/PG_VERSION" ]] && as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA-replica" status >/dev/null 2>&1; then
+        log "stopping the PostgreSQL standby"
+        as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA-replica" -m fast -w stop >/dev/null
+    fi
+}
+
 stop_postgres() {
     resolve_pg_paths
+    stop_replica
     if [[ -f "$PG_DATA/PG_VERSION" ]] && pg_running; then
         log "stopping PostgreSQL"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null
@@ -230,6 +269,9 @@ export MEMORY_MOTO_PORT=$MOTO_PORT
 export MEMORY_BIND=${MEMORY_BIND:-127.0.0.1:8787}
 export MEMORY_JWT_SECRET=$MEMORY_JWT_SECRET
 EOF
+    if [[ "${MEMORY_PG_REPLICA:-0}" == 1 ]]; then
+        echo "export MEMORY_PG_REPLICA_PORT=$REPLICA_PORT" >>"$LOCAL/stack.env"
+    fi
     cat "$LOCAL/queues.env" >>"$LOCAL/stack.env"
 }
 
@@ -244,6 +286,7 @@ up)
     prepare_model
     ensure_chromium
     start_postgres
+    start_replica
     start_moto
     write_env
     ;;

@@ -5,7 +5,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 if ! "$ROOT/scripts/stack.sh" status 2>/dev/null; then
     trap '"$ROOT/scripts/stack.sh" down' EXIT
 fi
-"$ROOT/scripts/stack.sh" up
+# The replica tests read from a streaming standby of the test server.
+MEMORY_PG_REPLICA=1 "$ROOT/scripts/stack.sh" up
 load_stack_env
 cd "$ROOT"
 cargo test --workspace "$@"

@@ -184,6 +184,28 @@ fn the_retrieve_function_may_count_every_queue_and_take_no_message() {
     }
 }
 
+/// A new cluster gets a reader instance, and the retrieve function reads through the proxy's read-only endpoint (or
+/// the reader endpoint given with an existing database); nothing else reads there.
+#[test]
+fn the_retrieve_function_reads_through_the_proxys_read_only_endpoint() {
+    let template = template();
+    let endpoint = &template["Resources"]["DatabaseProxyReaderEndpoint"]["Properties"];
+    assert_eq!(endpoint["TargetRole"], "READ_ONLY");
+    assert_eq!(target(&endpoint["DBProxyName"]), Some("DatabaseProxy"));
+    let instances = resources_of(&template, "AWS::RDS::DBInstance");
+    assert_eq!(instances.len(), 2, "a writer and a reader: {:?}", instances.keys());
+    for (name, function) in resources_of(&template, "AWS::Serverless::Function") {
+        let reader = &function["Properties"]["Environment"]["Variables"]["MEMORY_DATABASE_READER_HOST"];
+        if name == "RetrieveFunction" {
+            let choice = reader["Fn::If"].as_array().expect("the endpoint by whether the cluster is new");
+            assert_eq!(target(&choice[1]), Some("DatabaseProxyReaderEndpoint"));
+            assert_eq!(target(&choice[2]), Some("ExistingDatabaseReaderHost"));
+        } else {
+            assert!(reader.is_null(), "{name} reads and writes on the writer");
+        }
+    }
+}
+
 /// Every function verifies the database's certificate: the CA bundle is a layer of every function and
 /// `MEMORY_DB_SSL_ROOT_CERT` names the file `make package` puts in it.
 #[test]

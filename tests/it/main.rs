@@ -23,6 +23,7 @@ mod model_failures;
 mod pipeline;
 mod properties;
 mod real_repositories;
+mod replica;
 mod repository;
 mod schema;
 mod search;

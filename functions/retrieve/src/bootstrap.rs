@@ -1,6 +1,6 @@
 //! Builds the application state from the environment, once per process.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use memory_core::{
     retrieval::{RetrievalConfig, Retriever, cooldown_token::TokenKey},
@@ -33,6 +33,12 @@ pub async fn state_from_env() -> anyhow::Result<AppState> {
     if let Some(reader) = memory_core::repository::RepositoryReader::from_env()? {
         retriever =
             retriever.with_repositories(Arc::new(reader), memory_core::repository::exclude::Exclusions::secrets()?);
+    }
+    if let Some(config) = memory_core::secrets::reader_database_config().await? {
+        let default = memory_core::replica::DEFAULT_MAX_LAG.as_millis() as u64;
+        let max_lag = memory_core::config::parsed_or("MEMORY_READER_MAX_LAG_MS", default)?;
+        let pool = memory_core::db::pool(&config)?;
+        retriever = retriever.with_replica(memory_core::replica::Replica::new(pool, Duration::from_millis(max_lag)));
     }
     let fair = crate::fair::FairShare::from_env(retriever.pool())?;
     Ok(AppState {

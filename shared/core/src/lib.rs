@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod lifecycle;
 pub mod llm;
 pub mod outbox;
+pub mod replica;
 pub mod repository;
 pub mod retrieval;
 pub mod secrets;

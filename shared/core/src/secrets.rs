@@ -19,6 +19,20 @@ pub async fn database_config(url_var: &'static str, secret_var: &'static str) ->
     Ok(DatabaseConfig::with_url(url)?)
 }
 
+/// The read replica's database, when the environment names one: `MEMORY_DATABASE_READER_URL`, or the reader
+/// endpoint `MEMORY_DATABASE_READER_HOST` with the credentials of `MEMORY_DATABASE_SECRET_ARN`'s secret.
+pub async fn reader_database_config() -> anyhow::Result<Option<DatabaseConfig>> {
+    let url = match (set("MEMORY_DATABASE_READER_URL"), set("MEMORY_DATABASE_READER_HOST")) {
+        (Some(url), _) => url,
+        (None, Some(host)) => {
+            let arn = set("MEMORY_DATABASE_SECRET_ARN").ok_or(ConfigError::Missing("MEMORY_DATABASE_SECRET_ARN"))?;
+            url_from_secret(&secret_fields(&arn).await?, Some(host))?
+        }
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(DatabaseConfig::with_url(SecretString::from(url))?))
+}
+
 /// Whether the environment names a database (`url_var` or `secret_var`, not empty).
 pub fn database_configured(url_var: &str, secret_var: &str) -> bool {
     set(url_var).is_some() || set(secret_var).is_some()

@@ -41,6 +41,7 @@ use crate::{
     domain::{Memory, Scope},
     embed::Embedder,
     llm::Llm,
+    replica::{ReadFrom, Replica},
     repository::{
         FileReader,
         exclude::Exclusions,
@@ -68,6 +69,8 @@ pub struct Retriever {
     cooldown: cooldown::CooldownTracker,
     query_cache: query_cache::QueryCache,
     found_cache: found_cache::FoundCache,
+    /// A read replica, when configured: requests read there while it answers and keeps up.
+    replica: Option<Replica>,
     /// Signs the cooldown tokens of passive answers.
     cooldown_key: cooldown_token::TokenKey,
     /// Text search configuration used for queries; must be the one `memory.content_tsv` is built with.
@@ -86,6 +89,7 @@ impl Retriever {
         Self {
             query_cache: query_cache::QueryCache::new(config.query_cache_bytes),
             found_cache: found_cache::FoundCache::new(config.found_cache_bytes),
+            replica: None,
             pool,
             embedder,
             llm,
@@ -139,6 +143,35 @@ impl Retriever {
         &self.pool
     }
 
+    /// Reads on `replica` while it answers and keeps up ([`Replica`]).
+    pub fn with_replica(mut self, replica: Replica) -> Self {
+        self.replica = Some(replica);
+        self
+    }
+
+    /// Runs `read` on the replica when it is usable, else on the writer; and on the writer again when the replica
+    /// fails it (the replica is then left until its next probe) or, with `by_id`, does not hold what was asked yet
+    /// (a memory written an instant ago). Says where the answer was read.
+    async fn on_reads<'a, T, F, Fut>(&'a self, by_id: bool, read: F) -> crate::Result<(T, ReadFrom)>
+    where
+        F: Fn(&'a PgPool) -> Fut,
+        Fut: Future<Output = crate::Result<T>>,
+    {
+        let Some(replica) = self.replica.as_ref() else { return Ok((read(&self.pool).await?, ReadFrom::Writer)) };
+        if !replica.usable(&self.pool).await {
+            return Ok((read(&self.pool).await?, ReadFrom::Writer));
+        }
+        match read(replica.pool()).await {
+            Err(e @ (crate::Error::Database(_) | crate::Error::Unavailable(_))) => {
+                tracing::warn!(error = %e, "the read replica failed a read; reading from the writer");
+                replica.failed();
+                Ok((read(&self.pool).await?, ReadFrom::Writer))
+            }
+            Err(crate::Error::NotFound { .. }) if by_id => Ok((read(&self.pool).await?, ReadFrom::Writer)),
+            answered => answered.map(|answer| (answer, ReadFrom::Replica)),
+        }
+    }
+
     pub fn config(&self) -> &RetrievalConfig {
         &self.config
     }
@@ -168,7 +201,7 @@ impl Retriever {
         task_id: Option<Uuid>,
         sensitivity_gate: bool,
     ) -> crate::Result<ReadFilter> {
-        let read_scopes = self.read_scopes(organization_id, agent_id).await?;
+        let read_scopes = self.read_scopes(&self.pool, organization_id, agent_id).await?;
         Ok(ReadFilter::for_retrieval(organization_id, read_scopes, agent_id, project_id, task_id, sensitivity_gate))
     }
 
@@ -176,25 +209,39 @@ impl Retriever {
     /// decided after [`review::UNDECIDED_AFTER`] (the console's operator view; `memory-admin jobs status` adds the
     /// queues).
     pub async fn review(&self, organization_id: Uuid) -> crate::Result<review::Review> {
-        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
-        let held = store::held::pending(&mut *tx, organization_id).await?;
-        let waited = review::UNDECIDED_AFTER;
-        let undecided =
-            store::memories::undecided_candidates(&mut *tx, organization_id, waited, review::LISTED as i64).await?;
-        tx.commit().await?;
-        let undecided = undecided.into_iter().map(|(id, since)| review::Undecided { id, since }).collect();
-        Ok(review::Review { held, undecided })
+        let read = |pool| async move {
+            let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
+            let held = store::held::pending(&mut *tx, organization_id).await?;
+            let waited = review::UNDECIDED_AFTER;
+            let undecided =
+                store::memories::undecided_candidates(&mut *tx, organization_id, waited, review::LISTED as i64).await?;
+            tx.commit().await?;
+            let undecided = undecided.into_iter().map(|(id, since)| review::Undecided { id, since }).collect();
+            Ok(review::Review { held, undecided })
+        };
+        Ok(self.on_reads(false, read).await?.0)
     }
 
     /// One memory the principal may read, in any status (superseded and archived ones are kept for audit), of any
     /// project or task its read scopes admit.
     pub async fn memory(&self, organization_id: Uuid, agent_id: Option<Uuid>, id: Uuid) -> crate::Result<Memory> {
-        let scope =
-            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
-        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
-        let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
-        tx.commit().await?;
-        memory.ok_or(crate::Error::not_found("memory", id))
+        let read = |pool| async move {
+            let scope = self.audit_scope(pool, organization_id, agent_id).await?;
+            let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
+            let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
+            tx.commit().await?;
+            memory.ok_or(crate::Error::not_found("memory", id))
+        };
+        Ok(self.on_reads(true, read).await?.0)
+    }
+
+    async fn audit_scope(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+    ) -> crate::Result<ReadFilter> {
+        Ok(ReadFilter::for_audit(organization_id, self.read_scopes(pool, organization_id, agent_id).await?, agent_id))
     }
 
     /// The current profiles of the entities a memory the principal may read mentions, those the principal may
@@ -205,15 +252,17 @@ impl Retriever {
         agent_id: Option<Uuid>,
         id: Uuid,
     ) -> crate::Result<Vec<crate::domain::EntityProfile>> {
-        let scope =
-            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
-        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
-        if store::memories::get_readable(&mut tx, &scope, id).await?.is_none() {
-            return Err(crate::Error::not_found("memory", id));
-        }
-        let profiles = store::entities::profiles_for(&mut tx, &scope.current_only(), &[id]).await?;
-        tx.commit().await?;
-        Ok(profiles)
+        let read = |pool| async move {
+            let scope = self.audit_scope(pool, organization_id, agent_id).await?;
+            let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
+            if store::memories::get_readable(&mut tx, &scope, id).await?.is_none() {
+                return Err(crate::Error::not_found("memory", id));
+            }
+            let profiles = store::entities::profiles_for(&mut tx, &scope.current_only(), &[id]).await?;
+            tx.commit().await?;
+            Ok(profiles)
+        };
+        Ok(self.on_reads(true, read).await?.0)
     }
 
     /// The supersession chain through a memory the principal may read, oldest first: what it replaced and what
@@ -224,12 +273,14 @@ impl Retriever {
         agent_id: Option<Uuid>,
         id: Uuid,
     ) -> crate::Result<Vec<Memory>> {
-        let scope =
-            ReadFilter::for_audit(organization_id, self.read_scopes(organization_id, agent_id).await?, agent_id);
-        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
-        let chain = supersession::chain(&mut tx, &scope, id).await?;
-        tx.commit().await?;
-        Ok(chain)
+        let read = |pool| async move {
+            let scope = self.audit_scope(pool, organization_id, agent_id).await?;
+            let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
+            let chain = supersession::chain(&mut tx, &scope, id).await?;
+            tx.commit().await?;
+            Ok(chain)
+        };
+        Ok(self.on_reads(true, read).await?.0)
     }
 
     /// The read scopes of a principal (the context read is one prepared round trip; the small taxonomy it also
@@ -277,7 +328,7 @@ impl Retriever {
             message: "this deployment has no repositories (MEMORY_REPOS_DIR)".into(),
         })?;
         crate::repository::reader::check_relative(path).map_err(|e| crate::Error::validation(e.to_string()))?;
-        let read_scopes = self.read_scopes(organization_id, agent_id).await?;
+        let read_scopes = self.read_scopes(&self.pool, organization_id, agent_id).await?;
         if !read_scopes.contains(&Scope::Project) {
             return Err(crate::Error::Forbidden("reading a project's repository needs the project read scope".into()));
         }
@@ -294,9 +345,14 @@ impl Retriever {
         Ok(tools)
     }
 
-    async fn read_scopes(&self, organization_id: Uuid, agent_id: Option<Uuid>) -> crate::Result<Vec<Scope>> {
+    async fn read_scopes(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        agent_id: Option<Uuid>,
+    ) -> crate::Result<Vec<Scope>> {
         let stored = match agent_id {
-            Some(_) => store::agents::retrieval_context(&self.pool, organization_id, agent_id).await?.read_scopes,
+            Some(_) => store::agents::retrieval_context(pool, organization_id, agent_id).await?.read_scopes,
             None => None,
         };
         Ok(read_scopes_of(agent_id, stored))

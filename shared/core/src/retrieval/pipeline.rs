@@ -15,7 +15,10 @@ use super::{
     time_anchor,
     trace::{Candidates, Excluded, StageTimings, Trace},
 };
-use crate::store::{self, ReadFilter, SearchFilters, branches::BranchExtras};
+use crate::{
+    db::PgPool,
+    store::{self, ReadFilter, SearchFilters, branches::BranchExtras},
+};
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
 const MIN_TAXONOMY_MATCHES: usize = 3;
@@ -128,7 +131,14 @@ impl Retriever {
     pub async fn query_timed(&self, request: RetrievalRequest) -> crate::Result<(RetrievalResult, StageTimings)> {
         let started = std::time::Instant::now();
         let mode = request.mode;
-        let (result, timings) = self.run_query(request).await?;
+        let (answer, read_from) = self
+            .on_reads(false, |pool| {
+                let request = request.clone();
+                async move { self.run_query(pool, request).await }
+            })
+            .await?;
+        let (result, mut timings) = answer;
+        timings.read_from = read_from;
         let total_ms = started.elapsed().as_secs_f64() * 1000.0;
         metrics::histogram!("retrieval_latency_ms", "mode" => mode.as_str()).record(total_ms);
         if result.degraded {
@@ -149,6 +159,8 @@ impl Retriever {
             results = result.memories.len(),
             degraded = result.degraded,
             degraded_reasons = ?result.degraded_reasons,
+            read_from = ?timings.read_from,
+            stage1_kept = timings.stage1_kept,
             embedding_model = result.record.embedding_model,
             weights_digest = result.record.weights_digest,
             ranking_digest = result.record.ranking_digest,
@@ -158,7 +170,11 @@ impl Retriever {
         Ok((result, timings))
     }
 
-    async fn run_query(&self, request: RetrievalRequest) -> crate::Result<(RetrievalResult, StageTimings)> {
+    async fn run_query(
+        &self,
+        pool: &PgPool,
+        request: RetrievalRequest,
+    ) -> crate::Result<(RetrievalResult, StageTimings)> {
         let mut timings = StageTimings::default();
         let mut stage = std::time::Instant::now();
         let mut lap = |into: &mut f64| {
@@ -202,7 +218,7 @@ impl Retriever {
                 self.embed_query(request.organization_id, &text, &mut degraded).await
             }
         };
-        let (query_vector, context) = tokio::join!(embedding, self.load_context(&request));
+        let (query_vector, context) = tokio::join!(embedding, self.load_context(pool, &request));
         let Context { scope, taxonomy, has_entity_profiles, generation } = context?;
         lap(&mut timings.context_ms);
 
@@ -220,7 +236,7 @@ impl Retriever {
         let filters = SearchFilters::default();
         let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
         let kept_under = degraded.is_empty().then_some(generation);
-        let set = self.gather(asked, query_vector.as_ref(), kept_under).await?;
+        let set = self.gather(pool, asked, query_vector.as_ref(), kept_under).await?;
         timings.stage1_kept = set.kept;
         degraded.extend(set.degraded_reasons);
         (timings.vector_ms, timings.keyword_ms, timings.fusion_ms) = (set.vector_ms, set.keyword_ms, set.fusion_ms);
@@ -322,7 +338,7 @@ impl Retriever {
             .filter(|r| candidates.iter().any(|c| c.memory.id == r.memory.id && c.mentions_profiled_entity))
             .map(|r| r.memory.id)
             .collect();
-        let mut entity_profiles = match self.entity_profiles(&scope, &profiled, &ranked).await {
+        let mut entity_profiles = match self.entity_profiles(pool, &scope, &profiled, &ranked).await {
             Ok(profiles) => profiles,
             Err(e) => {
                 tracing::warn!(error = %e, "entity profile lookup failed; answering without profiles");
@@ -402,6 +418,7 @@ impl Retriever {
     /// ([`found_cache`](super::found_cache)), else the branches', kept when nothing degraded them. `None` keeps nothing.
     pub(super) async fn gather(
         &self,
+        pool: &PgPool,
         asked: Asked<'_>,
         query_vector: Option<&pgvector::Vector>,
         generation: Option<i64>,
@@ -413,7 +430,7 @@ impl Retriever {
             return Ok(FoundSet::kept(kept.candidates.clone(), kept.blend));
         }
         let Asked { scope, filters, text, settings, .. } = asked;
-        let set = stage1::gather(&self.pool, scope, filters, text, query_vector, settings).await?;
+        let set = stage1::gather(pool, scope, filters, text, query_vector, settings).await?;
         if let Some(key) = key
             && set.degraded_reasons.is_empty()
         {
@@ -424,10 +441,10 @@ impl Retriever {
 
     /// The caller's scope filter, the organisation's taxonomy, whether it has entity profiles and its generation, in
     /// one round trip.
-    async fn load_context(&self, request: &RetrievalRequest) -> crate::Result<Context> {
+    async fn load_context(&self, pool: &PgPool, request: &RetrievalRequest) -> crate::Result<Context> {
         let org = request.organization_id;
         let gate = request.mode == RetrievalMode::Passive || request.sensitivity_gate;
-        let context = store::agents::retrieval_context(&self.pool, org, request.agent_id).await?;
+        let context = store::agents::retrieval_context(pool, org, request.agent_id).await?;
         let (agent, project, task) = (request.agent_id, request.project_id, request.task_id);
         let read_scopes = super::read_scopes_of(agent, context.read_scopes);
         let mut scope = ReadFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
@@ -474,6 +491,7 @@ impl Retriever {
     /// among the ranked memories are not repeated).
     async fn entity_profiles(
         &self,
+        pool: &PgPool,
         scope: &ReadFilter,
         profiled: &[Uuid],
         ranked: &[RankedMemory],
@@ -481,7 +499,7 @@ impl Retriever {
         if profiled.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = store::begin_read(&self.pool, scope.organization_id(), self.config.read_budget_ms).await?;
+        let mut tx = store::begin_read(pool, scope.organization_id(), self.config.read_budget_ms).await?;
         let profiles = store::entities::profiles_for(&mut tx, scope, profiled).await?;
         tx.commit().await?;
         Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())

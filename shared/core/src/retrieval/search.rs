@@ -10,7 +10,10 @@ use super::{
     fusion::{self, Fusion},
     stage1::{self, BranchSettings},
 };
-use crate::store::{self, branches::BranchRow};
+use crate::{
+    db::PgPool,
+    store::{self, ReadFilter, branches::BranchRow},
+};
 
 /// Score multiplier per entity hop of graph expansion.
 pub const HOP_DECAY: f64 = 0.5;
@@ -23,6 +26,14 @@ impl Retriever {
     /// Runs one strategy search. Hits are ordered most relevant FIRST.
     #[tracing::instrument(skip_all, fields(org = %request.organization_id, strategy = ?request.strategy))]
     pub async fn search(&self, request: SearchRequest) -> crate::Result<SearchResult> {
+        let read = |pool| {
+            let request = request.clone();
+            async move { self.search_on(pool, request).await }
+        };
+        Ok(self.on_reads(false, read).await?.0)
+    }
+
+    async fn search_on(&self, pool: &PgPool, request: SearchRequest) -> crate::Result<SearchResult> {
         // The metadata strategy is a pure filter: it needs no query text.
         if request.strategy != Strategy::Metadata {
             self.validate_query(&request.query)?;
@@ -37,15 +48,10 @@ impl Retriever {
                 "filters.repository names a project's repository: add the project's project_id",
             ));
         }
-        let mut scope = self
-            .scope_filter(
-                request.organization_id,
-                request.agent_id,
-                request.project_id,
-                request.task_id,
-                request.sensitivity_gate,
-            )
-            .await?;
+        let (org, agent) = (request.organization_id, request.agent_id);
+        let read_scopes = self.read_scopes(pool, org, agent).await?;
+        let (project, task, gate) = (request.project_id, request.task_id, request.sensitivity_gate);
+        let mut scope = ReadFilter::for_retrieval(org, read_scopes, agent, project, task, gate);
         if request.filters.include_archive {
             scope = scope.with_history();
         }
@@ -56,7 +62,7 @@ impl Retriever {
         let mut degraded = Vec::new();
 
         let mut hits = if request.strategy == Strategy::Metadata {
-            let mut tx = store::begin_read(&self.pool, request.organization_id, self.config.read_budget_ms).await?;
+            let mut tx = store::begin_read(pool, request.organization_id, self.config.read_budget_ms).await?;
             let rows = store::branches::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
             tx.commit().await?;
             rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
@@ -72,9 +78,8 @@ impl Retriever {
             let run_keyword = wants_keyword || query_vector.is_none();
             let settings =
                 BranchSettings { run_vector: wants_vector, run_keyword, ..self.branch_settings(request.max_results) };
-            let set =
-                stage1::gather(&self.pool, &scope, &request.filters, &request.query, query_vector.as_ref(), &settings)
-                    .await?;
+            let set = stage1::gather(pool, &scope, &request.filters, &request.query, query_vector.as_ref(), &settings)
+                .await?;
             degraded.extend(set.degraded_reasons);
             let mut hits: Vec<SearchHit> = set
                 .candidates
@@ -84,11 +89,11 @@ impl Retriever {
             sort(&mut hits);
             let mut hits = super::distinct::distinct(hits, |h| &h.memory, request.max_results);
             if request.include_graph || request.strategy == Strategy::Graph {
-                self.expand_graph(&scope, &request, query_vector.as_ref(), &mut hits, &mut degraded).await;
+                self.expand_graph(pool, &scope, &request, query_vector.as_ref(), &mut hits, &mut degraded).await;
             }
             hits
         };
-        if let Err(e) = self.one_profile_per_entity(request.organization_id, &mut hits).await {
+        if let Err(e) = self.one_profile_per_entity(pool, request.organization_id, &mut hits).await {
             tracing::warn!(error = %e, "profile lookup failed; returning every profile hit");
             degraded.push("entity_profiles_failed".into());
         }
@@ -107,7 +112,12 @@ impl Retriever {
 
     /// Keeps one profile of each entity among the hits: of its partitions' profiles (one per set of readers, each
     /// readable here), the one built from the most sources, as the modes attach it.
-    async fn one_profile_per_entity(&self, organization_id: Uuid, hits: &mut Vec<SearchHit>) -> crate::Result<()> {
+    async fn one_profile_per_entity(
+        &self,
+        pool: &PgPool,
+        organization_id: Uuid,
+        hits: &mut Vec<SearchHit>,
+    ) -> crate::Result<()> {
         let profiles: Vec<Uuid> = hits
             .iter()
             .filter(|h| h.memory.memory_type == crate::domain::MemoryType::EntityProfile)
@@ -116,7 +126,7 @@ impl Retriever {
         if profiles.len() < 2 {
             return Ok(());
         }
-        let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
+        let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
         let mut partitions = store::entities::profiles_among(&mut *tx, organization_id, &profiles).await?;
         tx.commit().await?;
         // Per entity, the most sources first (ties by id): the first is kept.
@@ -131,6 +141,7 @@ impl Retriever {
     /// Adds memories that share entity mentions with the top hits, scored with a decay per hop.
     async fn expand_graph(
         &self,
+        pool: &PgPool,
         scope: &store::ReadFilter,
         request: &SearchRequest,
         query: Option<&pgvector::Vector>,
@@ -138,7 +149,7 @@ impl Retriever {
         degraded: &mut Vec<String>,
     ) {
         let result: crate::Result<()> = async {
-            let mut tx = store::begin_read(&self.pool, scope.organization_id(), self.config.read_budget_ms).await?;
+            let mut tx = store::begin_read(pool, scope.organization_id(), self.config.read_budget_ms).await?;
             let mut score_of: HashMap<Uuid, f64> = hits.iter().map(|h| (h.memory.id, h.score)).collect();
             let mut frontier: Vec<Uuid> = hits.iter().take(GRAPH_SEEDS).map(|h| h.memory.id).collect();
             for hop in 1..=MAX_HOPS {

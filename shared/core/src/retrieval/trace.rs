@@ -163,4 +163,6 @@ pub struct StageTimings {
     pub candidates: usize,
     /// Stage 1's candidates were those kept under the organisation's unchanged generation; no branch ran.
     pub stage1_kept: bool,
+    /// Where the request read: the writer, or the read replica.
+    pub read_from: crate::replica::ReadFrom,
 }

@@ -1,0 +1,114 @@
+//! A read replica, and whether reads may go to it now. Retrieval reads a whole request from one place: the replica
+//! while it answers and has replayed what the writer had written [`Replica::max_lag`] ago, else the writer.
+//!
+//! Lag is measured against the writer, not by the replica's own clock (a standby whose stream stopped has nothing
+//! left to replay and looks current): each probe (at most one per [`PROBE_EVERY`], by whichever request finds the
+//! last one too old) reads the writer's WAL position, then the replica's replayed position; the replica is as far
+//! behind as the oldest writer position it has not replayed. A replica that fails a probe or a request is left
+//! until the next probe.
+
+use std::{
+    collections::VecDeque,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use sqlx::PgPool;
+
+/// How often the replica's state is probed, at most.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long a probe may take before the replica counts as unreachable.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The default bound on replay lag (`MEMORY_READER_MAX_LAG_MS`).
+pub const DEFAULT_MAX_LAG: Duration = Duration::from_secs(1);
+
+pub struct Replica {
+    pool: PgPool,
+    max_lag: Duration,
+    state: Mutex<State>,
+    /// Held by the request probing, so that one probes at a time.
+    probing: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// When the last probe ended, and whether the replica was usable then.
+    checked: Option<(Instant, bool)>,
+    /// The writer's WAL positions seen by the probes of the last `max_lag` and more, oldest first.
+    written: VecDeque<(Instant, i64)>,
+}
+
+/// Where a request reads.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadFrom {
+    #[default]
+    Writer,
+    Replica,
+}
+
+impl Replica {
+    pub fn new(pool: PgPool, max_lag: Duration) -> Self {
+        Self { pool, max_lag, state: Mutex::default(), probing: tokio::sync::Mutex::new(()) }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn max_lag(&self) -> Duration {
+        self.max_lag
+    }
+
+    /// Whether reads may go to the replica: the last probe's answer, or a new probe's when that one is older
+    /// than [`PROBE_EVERY`] and no other request is probing.
+    pub async fn usable(&self, writer: &PgPool) -> bool {
+        let last = self.lock().checked;
+        if let Some((at, usable)) = last
+            && at.elapsed() < PROBE_EVERY
+        {
+            return usable;
+        }
+        let Ok(_probing) = self.probing.try_lock() else { return last.is_some_and(|(_, usable)| usable) };
+        let usable = matches!(tokio::time::timeout(PROBE_TIMEOUT, self.probe(writer)).await, Ok(Ok(true)));
+        if !usable {
+            tracing::warn!(max_lag_ms = self.max_lag.as_millis() as u64, "the read replica is unreachable or behind");
+        }
+        self.lock().checked = Some((Instant::now(), usable));
+        usable
+    }
+
+    /// A request on the replica failed: the writer serves until the next probe.
+    pub fn failed(&self) {
+        self.lock().checked = Some((Instant::now(), false));
+    }
+
+    /// Whether the replica has replayed what the writer had written `max_lag` ago.
+    async fn probe(&self, writer: &PgPool) -> sqlx::Result<bool> {
+        let written: i64 =
+            sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0')::bigint").fetch_one(writer).await?;
+        let at = Instant::now();
+        let (recovering, replayed): (bool, Option<i64>) =
+            sqlx::query_as("SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0')::bigint")
+                .fetch_one(&self.pool)
+                .await?;
+        let mut state = self.lock();
+        state.written.push_back((at, written));
+        // Positions older than the bound (and a probe) are not needed to tell whether it is passed; one stays.
+        while state.written.len() > 1
+            && state.written.front().is_some_and(|(t, _)| t.elapsed() > self.max_lag + 2 * PROBE_EVERY)
+        {
+            state.written.pop_front();
+        }
+        if !recovering {
+            return Ok(true); // not a standby: the reader endpoint answers from the writer itself
+        }
+        let Some(replayed) = replayed else { return Ok(false) };
+        let behind_since = state.written.iter().find(|(_, position)| *position > replayed).map(|(t, _)| *t);
+        Ok(behind_since.is_none_or(|since| since.elapsed() <= self.max_lag))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
