@@ -20,24 +20,28 @@ CREATE POLICY tenant_isolation ON memory_generation
     USING (organization_id = app_current_org()) WITH CHECK (organization_id = app_current_org());
 GRANT SELECT, INSERT, UPDATE ON memory_generation TO memory_app;
 
-CREATE FUNCTION memory_generation_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+-- One change of what the organisation's retrievals read (also called for a change no row shows: its own ANN index).
+CREATE FUNCTION memory_generation_note(org uuid) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    org uuid;
     s integer;
 BEGIN
-    FOR org IN SELECT DISTINCT organization_id FROM changed_rows ORDER BY 1 LOOP
-        SELECT shard INTO s FROM memory_generation WHERE organization_id = org
-        ORDER BY shard LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            UPDATE memory_generation SET changes = changes + 1 WHERE organization_id = org AND shard = s;
-        ELSE
-            s := coalesce((SELECT max(shard) FROM memory_generation WHERE organization_id = org), -1)
-                 + 1 + floor(random() * 8)::integer;
-            INSERT INTO memory_generation AS g (organization_id, shard, changes)
-            VALUES (org, CASE WHEN s > 32000 THEN floor(random() * 32000)::integer ELSE s END, 1)
-            ON CONFLICT (organization_id, shard) DO UPDATE SET changes = g.changes + 1;
-        END IF;
-    END LOOP;
+    SELECT shard INTO s FROM memory_generation WHERE organization_id = org
+    ORDER BY shard LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE memory_generation SET changes = changes + 1 WHERE organization_id = org AND shard = s;
+    ELSE
+        s := coalesce((SELECT max(shard) FROM memory_generation WHERE organization_id = org), -1)
+             + 1 + floor(random() * 8)::integer;
+        INSERT INTO memory_generation AS g (organization_id, shard, changes)
+        VALUES (org, CASE WHEN s > 32000 THEN floor(random() * 32000)::integer ELSE s END, 1)
+        ON CONFLICT (organization_id, shard) DO UPDATE SET changes = g.changes + 1;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION memory_generation_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_generation_note(o) FROM (SELECT DISTINCT organization_id AS o FROM changed_rows ORDER BY 1) d;
     RETURN NULL;
 END
 $$;

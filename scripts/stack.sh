@@ -23,7 +23,7 @@ if [[ -f "$LOCAL/stack.env" ]]; then
 fi
 PG_PORT="${MEMORY_PG_PORT:-55432}"
 MOTO_PORT="${MEMORY_MOTO_PORT:-54566}"
-REPLICA_PORT="${MEMORY_PG_REPLICA_PORT:-$((PG_PORT + 1))}"
+REPLICA_PORT="${MEMORY_PG_REPLICA_PORT:-$((PG_PORT + 1000))}"
 PG_USER_OS="agentmem"   # PostgreSQL refuses to run as root: when we are root it runs as this system user.
 PYTHON="${PYTHON:-python3}"
 
@@ -164,7 +164,7 @@ start_postgres() {
         ensure_port_free "$PG_PORT" MEMORY_PG_PORT PostgreSQL
         log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
         as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
-            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-$(quarter_of_memory)} -c shared_preload_libraries=pg_prewarm -c fsync=off -c synchronous_commit=off" \
+            -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=${MEMORY_PG_SHARED_BUFFERS:-$(quarter_of_memory)} -c shared_preload_libraries=pg_prewarm -c fsync=off -c synchronous_commit=off -c max_slot_wal_keep_size=2GB" \
             start >/dev/null
     fi
     local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres)
@@ -176,15 +176,21 @@ start_postgres() {
 # The standby: a base backup of the running server (-R: it follows the server's WAL stream), on its own port.
 start_replica() {
     [[ "${MEMORY_PG_REPLICA:-0}" == 1 ]] || return 0
-    local data="$PG_DATA-replica"
+    local data="$PG_DATA-replica" psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tA)
+    # A standby whose slot is gone, or lost the WAL it had not received (over max_slot_wal_keep_size while it was
+    # stopped), cannot catch up: it is made again.
+    if [[ -f "$data/PG_VERSION" ]] && ! as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1 &&
+        [[ "$("${psql[@]}" -c "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'memory_standby'")" =~ ^(|lost)$ ]]; then
+        log "the PostgreSQL standby cannot catch up: making it again"
+        rm -rf "$data"
+    fi
     if [[ ! -f "$data/PG_VERSION" ]]; then
         log "making a streaming standby of PostgreSQL in $data (pg_basebackup)"
         mkdir -p "$data"
         [[ $EUID -eq 0 ]] && chown "$PG_USER_OS" "$data"
         chmod 700 "$data"
         # Its slot keeps the WAL it has not received, so a standby stopped with the stack catches up when started.
-        "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tAc \
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'memory_standby'" >/dev/null
+        "${psql[@]}" -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'memory_standby'" >/dev/null
         as_pg "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres -D "$data" -R -X stream -c fast \
             -C -S memory_standby
     fi
@@ -192,7 +198,7 @@ start_replica() {
         log "PostgreSQL standby already running on 127.0.0.1:$REPLICA_PORT"
         # A test stopped while it had paused replay left it so.
         "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$REPLICA_PORT" -U postgres -d postgres -tAc "SELECT pg_wal_replay_resume()" \
-            >/dev/null
+            >/dev/null 2>&1 || true
     else
         ensure_port_free "$REPLICA_PORT" MEMORY_PG_REPLICA_PORT "the PostgreSQL standby"
         log "starting the PostgreSQL standby on 127.0.0.1:$REPLICA_PORT"

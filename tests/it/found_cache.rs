@@ -103,6 +103,12 @@ async fn the_same_request_takes_the_kept_candidates_until_a_write_changes_the_or
     tx.commit().await.unwrap();
     assert!(!asked(&r, agent_query(org)).await.1, "mentioned");
 
+    // The organisation's own ANN index: its vector branch turns approximate.
+    assert!(asked(&r, agent_query(org)).await.1);
+    let changes = store::ann::reconcile(&db.admin, 1).await.unwrap();
+    assert!(changes.created.contains(&org));
+    assert!(!asked(&r, agent_query(org)).await.1, "an index of its own");
+
     // A forget.
     assert!(asked(&r, agent_query(org)).await.1);
     assert_eq!(forget(&db.app, org, &ForgetSelector::Memories(vec![tuesday.id])).await.unwrap(), 1);
@@ -158,4 +164,16 @@ async fn the_passive_cooldown_withholds_from_kept_candidates(opts: PgPoolOptions
     };
     assert_eq!(asked(&r, passive(1)).await, (vec![tuesday.id], false));
     assert_eq!(asked(&r, passive(2)).await, (vec![], true), "kept, and still cooling down");
+
+    // A conversation whose latest turn the model fails to embed is searched with the whole conversation's vector
+    // alone: what that finds is not kept for the requests whose embeddings succeed.
+    let conversation = format!("{} billing deploys\nand when is that", "we talked about the release train ".repeat(8));
+    let fixed = FixedEmbedder::default().with(&conversation, axis(0));
+    let r = retriever(&db, Arc::new(fixed), None);
+    let passive = |turn| RetrievalRequest {
+        session: Some(SessionTurn { session_id: "t".into(), turn }),
+        ..RetrievalRequest::new(org, RetrievalMode::Passive, &conversation)
+    };
+    assert_eq!(asked(&r, passive(1)).await, (vec![tuesday.id], false));
+    assert!(!asked(&r, passive(2)).await.1, "not kept");
 }

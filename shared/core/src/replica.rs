@@ -3,9 +3,11 @@
 //!
 //! Lag is measured against the writer, not by the replica's own clock (a standby whose stream stopped has nothing
 //! left to replay and looks current): each probe (at most one per [`PROBE_EVERY`], by whichever request finds the
-//! last one too old) reads the writer's WAL position, then the replica's replayed position; the replica is as far
-//! behind as the oldest writer position it has not replayed. A replica that fails a probe or a request is left
-//! until the next probe.
+//! last one too old) reads the writer's WAL position, then the replica's replayed position. The replica serves when
+//! it has replayed the newest writer position seen at least `max_lag` ago, or, with none seen that long ago (a new
+//! process, a quiet spell), the writer's position now. An Aurora reader, which replays no WAL stream of its own, is
+//! judged by `aurora_replica_status()`'s lag instead. A replica that fails a probe or a request is left until the
+//! next probe.
 
 use std::{
     collections::VecDeque,
@@ -34,7 +36,7 @@ pub struct Replica {
 struct State {
     /// When the last probe ended, and whether the replica was usable then.
     checked: Option<(Instant, bool)>,
-    /// The writer's WAL positions seen by the probes of the last `max_lag` and more, oldest first.
+    /// The writer's WAL positions the probes saw, oldest first: the newest one at least `max_lag` old, and later ones.
     written: VecDeque<(Instant, i64)>,
 }
 
@@ -69,7 +71,10 @@ impl Replica {
         {
             return usable;
         }
-        let Ok(_probing) = self.probing.try_lock() else { return last.is_some_and(|(_, usable)| usable) };
+        let Ok(_probing) = self.probing.try_lock() else {
+            // Another request is probing: its predecessor's answer holds a little longer.
+            return last.is_some_and(|(at, usable)| usable && at.elapsed() < 2 * PROBE_EVERY);
+        };
         let usable = matches!(tokio::time::timeout(PROBE_TIMEOUT, self.probe(writer)).await, Ok(Ok(true)));
         if !usable {
             tracing::warn!(max_lag_ms = self.max_lag.as_millis() as u64, "the read replica is unreachable or behind");
@@ -92,20 +97,31 @@ impl Replica {
             sqlx::query_as("SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0')::bigint")
                 .fetch_one(&self.pool)
                 .await?;
-        let mut state = self.lock();
-        state.written.push_back((at, written));
-        // Positions older than the bound (and a probe) are not needed to tell whether it is passed; one stays.
-        while state.written.len() > 1
-            && state.written.front().is_some_and(|(t, _)| t.elapsed() > self.max_lag + 2 * PROBE_EVERY)
-        {
-            state.written.pop_front();
+        let due = {
+            let mut state = self.lock();
+            state.written.push_back((at, written));
+            while state.written.get(1).is_some_and(|(t, _)| t.elapsed() >= self.max_lag) {
+                state.written.pop_front();
+            }
+            match state.written.front() {
+                Some(&(t, position)) if t.elapsed() >= self.max_lag => position,
+                _ => written,
+            }
+        };
+        match (recovering, replayed) {
+            (false, _) => Ok(true), // not a standby: the reader endpoint answers from the writer itself
+            (true, Some(replayed)) => Ok(replayed >= due),
+            (true, None) => {
+                let lag_ms: Option<f64> = sqlx::query_scalar(
+                    "SELECT replica_lag_in_msec::float8 FROM aurora_replica_status() \
+                     WHERE server_id = aurora_db_instance_identifier()",
+                )
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten();
+                Ok(lag_ms.is_some_and(|ms| ms <= self.max_lag.as_secs_f64() * 1000.0))
+            }
         }
-        if !recovering {
-            return Ok(true); // not a standby: the reader endpoint answers from the writer itself
-        }
-        let Some(replayed) = replayed else { return Ok(false) };
-        let behind_since = state.written.iter().find(|(_, position)| *position > replayed).map(|(t, _)| *t);
-        Ok(behind_since.is_none_or(|since| since.elapsed() <= self.max_lag))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -62,9 +62,11 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
         if !has && *count >= min_memories {
             create_index(pool, *org).await?;
             changes.created.push(*org);
+            changed_plan(pool, *org).await?;
         } else if has && *count < min_memories / 2 {
             drop_index(pool, *org).await?;
             changes.dropped.push(*org);
+            changed_plan(pool, *org).await?;
         } else if has {
             changes.kept += 1;
         }
@@ -72,6 +74,7 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
     for org in existing.iter().filter(|o| !counts.iter().any(|(c, _)| c == *o)) {
         drop_index(pool, *org).await?;
         changes.dropped.push(*org);
+        changed_plan(pool, *org).await?;
     }
     Ok(changes)
 }
@@ -84,6 +87,14 @@ async fn create_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> 
         index_name(organization_id)
     );
     pool.execute(sql.as_str()).await.map(|_| ())
+}
+
+/// The organisation's vector branch now reads another way (approximate through its own index, or exact without):
+/// its retrievals may answer otherwise, so its generation moves (migrations/0004).
+async fn changed_plan(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    let mut tx = super::begin_for_org(pool, organization_id).await?;
+    sqlx::query("SELECT memory_generation_note($1)").bind(organization_id).execute(&mut *tx).await?;
+    tx.commit().await
 }
 
 async fn drop_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {

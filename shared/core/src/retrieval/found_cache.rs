@@ -20,7 +20,7 @@ pub type Key = (Uuid, i64, String);
 pub struct Kept {
     pub candidates: Vec<Found>,
     pub blend: Blend,
-    /// The earliest expiry among the candidates.
+    /// The earliest expiry to come among the candidates.
     valid_until: Option<DateTime<Utc>>,
 }
 
@@ -45,7 +45,9 @@ impl FoundCache {
     }
 
     pub fn put(&self, key: Key, candidates: Vec<Found>, blend: Blend) {
-        let valid_until = candidates.iter().filter_map(|c| c.memory.expires_at).min();
+        // A candidate already expired (the archive, or the store as of a past time) stays one.
+        let now = Utc::now();
+        let valid_until = candidates.iter().filter_map(|c| c.memory.expires_at).filter(|&at| at > now).min();
         self.0.put(key, Kept { candidates, blend, valid_until });
     }
 

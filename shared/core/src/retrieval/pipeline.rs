@@ -17,6 +17,7 @@ use super::{
 };
 use crate::{
     db::PgPool,
+    replica::ReadFrom,
     store::{self, ReadFilter, SearchFilters, branches::BranchExtras},
 };
 
@@ -215,10 +216,10 @@ impl Retriever {
             if passive {
                 self.embed_conversation(request.organization_id, &text, &mut degraded).await
             } else {
-                self.embed_query(request.organization_id, &text, &mut degraded).await
+                (self.embed_query(request.organization_id, &text, &mut degraded).await, true)
             }
         };
-        let (query_vector, context) = tokio::join!(embedding, self.load_context(pool, &request));
+        let ((query_vector, embedded_as_asked), context) = tokio::join!(embedding, self.load_context(pool, &request));
         let Context { scope, taxonomy, has_entity_profiles, generation } = context?;
         lap(&mut timings.context_ms);
 
@@ -235,7 +236,9 @@ impl Retriever {
         let settings = BranchSettings { extras, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
         let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
-        let kept_under = degraded.is_empty().then_some(generation);
+        // A set found with a vector another request of the same text would not use (a turn's embedding failed) is
+        // not kept, nor one a failure degraded.
+        let kept_under = (degraded.is_empty() && embedded_as_asked).then_some(generation);
         let set = self.gather(pool, asked, query_vector.as_ref(), kept_under).await?;
         timings.stage1_kept = set.kept;
         degraded.extend(set.degraded_reasons);
@@ -390,15 +393,16 @@ impl Retriever {
     /// Passive mode's query vector: the conversation and its latest turns ([`recent_turns`]) embedded apart and
     /// summed, so the turn being answered counts as much as everything before it, and is not lost when the whole
     /// conversation runs past the model's input. A conversation no longer than its latest turns is embedded once.
+    /// Also says whether the vector is the one asked for (false: the latest turns' embedding failed).
     async fn embed_conversation(
         &self,
         organization_id: Uuid,
         text: &str,
         degraded: &mut Vec<String>,
-    ) -> Option<pgvector::Vector> {
+    ) -> (Option<pgvector::Vector>, bool) {
         let recent = recent_turns(text, RECENT_TURN_WORDS);
         if recent.len() == text.trim_end().len() {
-            return self.embed_query(organization_id, text, degraded).await;
+            return (self.embed_query(organization_id, text, degraded).await, true);
         }
         // Both at once (one model session each); without the latest turns' vector the whole conversation's serves
         // alone: the vector branch still runs.
@@ -407,11 +411,11 @@ impl Retriever {
             self.embed_query(organization_id, text, degraded),
             self.embed_query(organization_id, recent, &mut unused_reasons)
         );
-        let whole = whole?;
-        let Some(latest) = latest else { return Some(whole) };
+        let Some(whole) = whole else { return (None, true) };
+        let Some(latest) = latest else { return (Some(whole), false) };
         let mut sum: Vec<f32> = whole.as_slice().iter().zip(latest.as_slice()).map(|(a, b)| a + b).collect();
         crate::embed::normalize(&mut sum);
-        Some(pgvector::Vector::from(sum))
+        (Some(pgvector::Vector::from(sum)), true)
     }
 
     /// Stage 1 for `asked`: the candidates kept under the organisation's `generation` when there are
@@ -423,9 +427,12 @@ impl Retriever {
         query_vector: Option<&pgvector::Vector>,
         generation: Option<i64>,
     ) -> crate::Result<FoundSet> {
+        // The writer's and the replica's generations are counted apart: one number need not mean the same rows on
+        // both (commits become visible in another order on a standby).
+        let from = if std::ptr::eq(pool, self.pool()) { ReadFrom::Writer } else { ReadFrom::Replica };
         let key = generation
             .filter(|_| self.config.found_cache_bytes > 0)
-            .map(|generation| (asked.scope.organization_id(), generation, asked.key()));
+            .map(|generation| (asked.scope.organization_id(), generation, format!("{from:?}\u{0}{}", asked.key())));
         if let Some(kept) = key.as_ref().and_then(|key| self.found_cache.get(key)) {
             return Ok(FoundSet::kept(kept.candidates.clone(), kept.blend));
         }
