@@ -64,7 +64,7 @@ $$;
 
 DROP FUNCTION memory_retrieval_context(uuid, uuid);
 CREATE FUNCTION memory_retrieval_context(org uuid, agent uuid)
-    RETURNS TABLE(read_scopes text[], taxonomy json, has_entity_profiles boolean, generation bigint)
+    RETURNS TABLE(read_scopes text[], taxonomy json, has_entity_profiles boolean, generation bigint, memories bigint)
     LANGUAGE plpgsql
     AS $$
 BEGIN
@@ -75,6 +75,7 @@ BEGIN
                                   ORDER BY n.name, n.id)
                   FROM memory_taxonomy_node n WHERE n.organization_id = org), '[]'::json),
         EXISTS (SELECT 1 FROM memory_entity e WHERE e.organization_id = org AND e.synthesis_memory_id IS NOT NULL),
-        (SELECT coalesce(sum(g.changes), 0)::bigint FROM memory_generation g WHERE g.organization_id = org);
+        (SELECT coalesce(sum(g.changes), 0)::bigint FROM memory_generation g WHERE g.organization_id = org),
+        (SELECT coalesce(sum(c.doc_count), 0)::bigint FROM memory_corpus_stats c WHERE c.organization_id = org);
 END
 $$;

@@ -547,3 +547,40 @@ async fn passive_injection_leaves_out_memories_under_the_relevance_floor(opts: P
     both.sort();
     assert_eq!(asked, both);
 }
+
+/// A small organisation's keyword branch is scored row by row in one statement; the answer is the one the packed
+/// lists give, memory for memory and score for score.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_small_organisations_keyword_branch_row_by_row_answers_as_the_packed_lists(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let words = ["deploy", "billing", "rollback", "freeze", "canary", "staging"];
+    for i in 0..40 {
+        // Lengths and term counts vary, so BM25's saturation and length normalisation both count.
+        let filler = "and more words ".repeat(i % 5);
+        let text = format!("{} {} {} {filler}note {i}", words[i % 6], words[(i / 2) % 6], words[(i / 3) % 6]);
+        memory(org, &text).embedding(vector_with_similarity(0.2 + 0.01 * i as f32, 7 + i)).insert(&db).await;
+    }
+    memory_core::store::keyword::pack(&db.admin, org, i64::MAX).await.unwrap();
+    let query = "billing rollback canary";
+    let embedder = Arc::new(FixedEmbedder::default().with(query, axis(0)));
+    let answer = |below: i64| {
+        let config = RetrievalConfig { keyword_row_wise_below: below, ..RetrievalConfig::default() };
+        let r = Retriever::new(db.app.clone(), embedder.clone(), None, config);
+        async move {
+            let mut request = RetrievalRequest::new(org, RetrievalMode::AgentQuery, query);
+            request.max_results = 20;
+            let result = r.query(request).await.unwrap();
+            result.memories.iter().map(|m| (m.memory.id, m.score)).collect::<Vec<_>>()
+        }
+    };
+    let (row_wise, packed) = (answer(1_000).await, answer(0).await);
+    assert_eq!(row_wise.len(), 20);
+    assert_eq!(row_wise.iter().map(|r| r.0).collect::<Vec<_>>(), packed.iter().map(|p| p.0).collect::<Vec<_>>());
+    for ((_, score), (_, packed_score)) in row_wise.iter().zip(&packed) {
+        assert!((score - packed_score).abs() < 1e-9, "{row_wise:?}\n{packed:?}");
+    }
+}

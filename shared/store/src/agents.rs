@@ -21,6 +21,8 @@ pub struct RetrievalContext {
     pub has_entity_profiles: bool,
     /// How many statements have changed what the organisation's retrievals read (migrations/0004).
     pub generation: i64,
+    /// The organisation's memories with text (the BM25 corpus).
+    pub memories: i64,
 }
 
 /// The [`RetrievalContext`] of an organisation and agent, in one prepared round trip (it precedes every
@@ -31,15 +33,17 @@ pub async fn retrieval_context(
     organization_id: Uuid,
     agent_id: Option<Uuid>,
 ) -> sqlx::Result<RetrievalContext> {
-    let (scopes, nodes, has_entity_profiles, generation): (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64) =
-        sqlx::query_as(
-            "SELECT read_scopes, taxonomy, has_entity_profiles, generation FROM memory_retrieval_context($1, $2)",
-        )
-        .bind(organization_id)
-        .bind(agent_id)
-        .fetch_one(pool)
-        .await?;
-    Ok(RetrievalContext { read_scopes: parse_scopes(scopes)?, taxonomy: nodes.0, has_entity_profiles, generation })
+    type Row = (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64, i64);
+    let (scopes, nodes, has_entity_profiles, generation, memories): Row = sqlx::query_as(
+        "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories \
+         FROM memory_retrieval_context($1, $2)",
+    )
+    .bind(organization_id)
+    .bind(agent_id)
+    .fetch_one(pool)
+    .await?;
+    let read_scopes = parse_scopes(scopes)?;
+    Ok(RetrievalContext { read_scopes, taxonomy: nodes.0, has_entity_profiles, generation, memories })
 }
 
 /// Creates or replaces an agent's profile. Read scopes are a hierarchy rooted at `org`: every agent reads its

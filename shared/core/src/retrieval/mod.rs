@@ -187,6 +187,7 @@ impl Retriever {
             keyword_timeout_ms: self.config.keyword_budget_ms,
             run_vector: true,
             run_keyword: true,
+            keyword_row_wise: false,
             extras: BranchExtras::NONE,
         }
     }

@@ -101,6 +101,7 @@ struct Context {
     taxonomy: Taxonomy,
     has_entity_profiles: bool,
     generation: i64,
+    memories: i64,
 }
 
 /// What a request asks of Stage 1: the branches' whole input but the query's embedding, which the text and whether
@@ -220,7 +221,7 @@ impl Retriever {
             }
         };
         let ((query_vector, embedded_as_asked), context) = tokio::join!(embedding, self.load_context(pool, &request));
-        let Context { scope, taxonomy, has_entity_profiles, generation } = context?;
+        let Context { scope, taxonomy, has_entity_profiles, generation, memories } = context?;
         lap(&mut timings.context_ms);
 
         // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
@@ -233,7 +234,8 @@ impl Retriever {
         };
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
-        let settings = BranchSettings { extras, ..self.branch_settings(request.max_results) };
+        let keyword_row_wise = memories < self.config.keyword_row_wise_below;
+        let settings = BranchSettings { extras, keyword_row_wise, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
         let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
         // A set found with a vector another request of the same text would not use (a turn's embedding failed) is
@@ -466,6 +468,7 @@ impl Retriever {
             taxonomy: Taxonomy::new(context.taxonomy),
             has_entity_profiles: context.has_entity_profiles,
             generation: context.generation,
+            memories: context.memories,
         })
     }
 

@@ -37,6 +37,10 @@ pub struct RetrievalConfig {
     pub embedding_budget_ms: u64,
     pub vector_budget_ms: u64,
     pub keyword_budget_ms: u64,
+    /// An organisation with fewer memories than this has its keyword branch scored row by row in one statement
+    /// (`store::keyword::keyword_branch_exact`, the same ranking) rather than from the packed lists in two: fewer
+    /// round trips where the postings are few (docs/decisions.md). 0: always the packed lists.
+    pub keyword_row_wise_below: i64,
     /// Statement and lock timeout of a request's other reads: by id, chains, metadata search, graph expansion,
     /// entity profiles (`MEMORY_READ_BUDGET_MS`).
     pub read_budget_ms: u64,
@@ -63,6 +67,7 @@ impl Default for RetrievalConfig {
             embedding_budget_ms: 2_000,
             vector_budget_ms: 2_000,
             keyword_budget_ms: 2_000,
+            keyword_row_wise_below: 2_000,
             read_budget_ms: 2_000,
             bm25: Bm25::default(),
             passive_floor: PASSIVE_FLOOR,
@@ -97,6 +102,7 @@ impl RetrievalConfig {
             embedding_budget_ms: parsed_or("MEMORY_EMBEDDING_BUDGET_MS", d.embedding_budget_ms)?,
             vector_budget_ms: parsed_or("MEMORY_VECTOR_BUDGET_MS", d.vector_budget_ms)?,
             keyword_budget_ms: parsed_or("MEMORY_KEYWORD_BUDGET_MS", d.keyword_budget_ms)?,
+            keyword_row_wise_below: parsed_or("MEMORY_KEYWORD_ROW_WISE_BELOW", d.keyword_row_wise_below)?,
             read_budget_ms: parsed_or("MEMORY_READ_BUDGET_MS", d.read_budget_ms)?,
             bm25: Bm25 {
                 k1: in_range("MEMORY_BM25_K1", d.bm25.k1, 0.0..=10.0)?,

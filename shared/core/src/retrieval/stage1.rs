@@ -29,6 +29,8 @@ pub struct BranchSettings<'a> {
     pub keyword_timeout_ms: u64,
     pub run_vector: bool,
     pub run_keyword: bool,
+    /// Score the keyword branch row by row in one statement (a small organisation) instead of from the packed lists.
+    pub keyword_row_wise: bool,
     pub extras: BranchExtras,
 }
 
@@ -128,7 +130,12 @@ pub async fn keyword_branch(
     let branch = async {
         let mut tx = store::begin_keyword_search(pool, scope.organization_id(), settings.keyword_timeout_ms).await?;
         let search = settings.keyword_search(text, query);
-        let found = super::keyword::keyword_branch(&mut tx, scope, filters, &search, settings.bm25).await?;
+        let bm25 = settings.bm25;
+        let found = if settings.keyword_row_wise {
+            store::keyword::keyword_branch_exact(&mut tx, scope, filters, &search, (bm25.k1, bm25.b)).await?
+        } else {
+            super::keyword::keyword_branch(&mut tx, scope, filters, &search, bm25).await?
+        };
         tx.commit().await?;
         Ok(found)
     };
