@@ -179,10 +179,13 @@ start_replica() {
     local data="$PG_DATA-replica" psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -tA)
     # A standby whose slot is gone, or lost the WAL it had not received (over max_slot_wal_keep_size while it was
     # stopped), cannot catch up: it is made again.
-    if [[ -f "$data/PG_VERSION" ]] && ! as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1 &&
-        [[ "$("${psql[@]}" -c "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'memory_standby'")" =~ ^(|lost)$ ]]; then
-        log "the PostgreSQL standby cannot catch up: making it again"
-        rm -rf "$data"
+    if [[ -f "$data/PG_VERSION" ]] && ! as_pg "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        local slot
+        slot="$("${psql[@]}" -c "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'memory_standby'")"
+        if [[ -z "$slot" || "$slot" == lost ]]; then
+            log "the PostgreSQL standby cannot catch up: making it again"
+            rm -rf "$data"
+        fi
     fi
     if [[ ! -f "$data/PG_VERSION" ]]; then
         log "making a streaming standby of PostgreSQL in $data (pg_basebackup)"

@@ -83,7 +83,7 @@ async fn reads_go_to_the_replica_while_it_keeps_up_and_to_the_writer_otherwise(
     // Once it is further behind than the bound, requests read from the writer: probes sample the writer's position
     // once a second, so a lag is seen within the bound and two probes.
     let written = std::time::Instant::now();
-    let within = lag + 2 * memory_core::replica::PROBE_EVERY + Duration::from_millis(500);
+    let within = lag + 2 * Replica::probe_interval(lag) + Duration::from_millis(500);
     loop {
         let (ids, from) = asked(&r, org).await;
         if from == ReadFrom::Writer {

@@ -21,7 +21,7 @@ pub struct RetrievalContext {
     pub has_entity_profiles: bool,
     /// How many statements have changed what the organisation's retrievals read (migrations/0004).
     pub generation: i64,
-    /// The organisation's memories with text (the BM25 corpus).
+    /// The organisation's rows of `memory`, every status (its BM25 statistics' document count).
     pub memories: i64,
 }
 
