@@ -34,6 +34,9 @@ pub struct SizeReport {
     /// End to end on the same probes without and with `explain`, alternating which goes first.
     pub unexplained_ms: Percentiles,
     pub explained_ms: Percentiles,
+    /// The planner's time for the raw query (`EXPLAIN (ANALYZE)`'s "Planning Time"): it checks every tenant ANN
+    /// index's predicate, so it grows with their number.
+    pub vector_planning_ms: Percentiles,
 }
 
 /// One loopback HTTP run against the real retrieve server.
@@ -140,6 +143,10 @@ pub fn print_row(r: &SizeReport) {
     println!(
         "{:>9} memories | explain off / on, p50 {:.2} / {:.2} ms, p95 {:.2} / {:.2} ms",
         r.memories, r.unexplained_ms.p50, r.explained_ms.p50, r.unexplained_ms.p95, r.explained_ms.p95
+    );
+    println!(
+        "{:>9} memories | planning the raw query with {} tenant indexes, p50 {:.3} ms, p95 {:.3} ms",
+        r.memories, r.tenant_indexes, r.vector_planning_ms.p50, r.vector_planning_ms.p95
     );
 }
 

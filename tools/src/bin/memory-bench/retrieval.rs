@@ -128,6 +128,12 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // What planning the raw query costs, as the server reports it.
+    let mut planning = Vec::new();
+    for probe in raw_probes.iter().skip(warmup) {
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+        planning.push(raw_planning_ms(&db.app, &scope, &query, 20).await?);
+    }
     // What explain costs: each probe asked without and with it, alternating which goes first.
     let (mut unexplained, mut explained) = (vec![], vec![]);
     for (i, probe) in e2e_probes.iter().enumerate() {
@@ -165,6 +171,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         prewarmed_mb,
         unexplained_ms: timed(&unexplained),
         explained_ms: timed(&explained),
+        vector_planning_ms: Percentiles::of(&planning),
     };
     Ok((report, db, corpus))
 }
@@ -242,6 +249,17 @@ async fn raw_baseline(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usiz
     let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids)
+}
+
+/// The planner's time for [`raw_baseline`]'s query, from `EXPLAIN (ANALYZE, FORMAT JSON)`.
+async fn raw_planning_ms(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<f64> {
+    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
+    let mut qb = QueryBuilder::new("EXPLAIN (ANALYZE, FORMAT JSON) SELECT m.id FROM memory m WHERE ");
+    scope.push_sql(&mut qb);
+    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
+    let plan: serde_json::Value = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    plan[0]["Planning Time"].as_f64().context("EXPLAIN gave no Planning Time")
 }
 
 /// Recall@10 of the filtered HNSW search against exact search, for the tenant closest to 1% of the rows.
