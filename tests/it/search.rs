@@ -430,34 +430,44 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
         .fetch_one(&db.admin)
         .await
         .unwrap();
-    assert!(definition.contains("hnsw") && definition.contains(&format!("organization_id = '{large}'::uuid")));
+    assert!(
+        definition.contains("hnsw") && definition.contains(&format!("ON public.{}", store::ann::partition_name(large))),
+        "{definition}"
+    );
 
-    // With the scans that compete with an index scan ruled out, the planner takes the large tenant's own index;
-    // the small tenant, which has none, is never answered from the shared (approximate) one.
-    let plan = async |tx: &mut sqlx::PgConnection, org: Uuid| -> String {
-        sqlx::query("SET LOCAL enable_seqscan = off").execute(&mut *tx).await.unwrap();
-        sqlx::query("SET LOCAL enable_bitmapscan = off").execute(&mut *tx).await.unwrap();
-        let lines: Vec<String> = sqlx::query_scalar(
-            "EXPLAIN SELECT id FROM memory WHERE organization_id = $1 ORDER BY embedding <=> $2 LIMIT 5",
+    // The vector branch's own statement: the large tenant's runs its partition's index (the planner pruned every
+    // other partition), the small tenant's scans its rows exactly and touches no partition.
+    let plan = async |org: Uuid| -> Vec<String> {
+        let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000).await.unwrap();
+        // With the scans that compete with an index scan at a dozen rows ruled out.
+        for off in ["enable_seqscan", "enable_bitmapscan", "enable_sort"] {
+            sqlx::query(&format!("SET LOCAL {off} = off")).execute(&mut *tx).await.unwrap();
+        }
+        let plan = store::branches::explain_vector_branch(
+            &mut tx,
+            &scope,
+            &SearchFilters::default(),
+            &pgvector::Vector::from(axis(0)),
+            5,
         )
-        .bind(org)
-        .bind(pgvector::Vector::from(axis(0)))
-        .fetch_all(&mut *tx)
         .await
         .unwrap();
-        lines.join("\n")
+        tx.rollback().await.unwrap();
+        read_relations(&plan)
     };
-    let mut tx = store::begin_vector_search(&db.admin, large, 10, 5_000).await.unwrap();
-    let large_plan = plan(&mut tx, large).await;
-    tx.rollback().await.unwrap();
-    assert!(large_plan.contains(&store::ann::index_name(large)), "{large_plan}");
-    let mut tx = store::begin_vector_search(&db.admin, small, 10, 5_000).await.unwrap();
-    let index_scans: String =
-        sqlx::query_scalar("SELECT current_setting('enable_indexscan')").fetch_one(&mut *tx).await.unwrap();
-    let small_plan = plan(&mut tx, small).await;
-    tx.rollback().await.unwrap();
-    assert_eq!(index_scans, "off");
-    assert!(!small_plan.contains("hnsw") && !small_plan.contains("memory_ann_"), "{small_plan}");
+    let large_plan = plan(large).await;
+    assert!(large_plan.contains(&store::ann::index_name(large)), "{large_plan:?}");
+    let partitions = |plan: &[String]| {
+        plan.iter()
+            .filter(|r| r.starts_with("memory_vector_") && !r.starts_with("memory_vector_tenant"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let own = [store::ann::partition_name(large), store::ann::index_name(large)];
+    assert!(partitions(&large_plan).iter().all(|r| own.contains(r)), "{large_plan:?}");
+    let small_plan = plan(small).await;
+    assert_eq!(partitions(&small_plan), Vec::<String>::new(), "{small_plan:?}");
 
     assert_eq!(store::ann::reconcile(&db.admin, 10).await.unwrap().kept, 1);
     sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND content <> 'large tenant note 0'")
@@ -468,6 +478,131 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     let changes = store::ann::reconcile(&db.admin, 10).await.unwrap();
     assert_eq!(changes.dropped, vec![large]);
     assert!(store::ann::indexed_tenants(&db.admin).await.unwrap().is_empty());
+    let partition: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(store::ann::partition_name(large))
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    assert_eq!(partition, None);
+}
+
+/// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.
+fn read_relations(plan: &serde_json::Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![plan];
+    while let Some(node) = stack.pop() {
+        match node {
+            serde_json::Value::Array(items) => stack.extend(items),
+            serde_json::Value::Object(fields) => {
+                for (key, value) in fields {
+                    match (key.as_str(), value) {
+                        ("Relation Name" | "Index Name", serde_json::Value::String(name)) => found.push(name.clone()),
+                        _ => stack.push(value),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// A tenant moves into its partition and out again while its agents read and write: every read finds the nearest
+/// memory, and after each move in the partition holds exactly the tenant's embeddings, those written during the
+/// fill included; a forget takes the embedding out of it too.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_writes(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..400 {
+        memory(org, &format!("note {i}")).embedding(vector_with_similarity(0.5, 1 + i % 300)).insert(&db).await;
+    }
+    let nearest = memory(org, "the nearest note").embedding(axis(0)).insert(&db).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let relaxed = std::sync::atomic::Ordering::Relaxed;
+
+    let reader = tokio::spawn({
+        let (app, stop) = (db.app.clone(), stop.clone());
+        async move {
+            let (scope, query) = (
+                ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false),
+                pgvector::Vector::from(axis(0)),
+            );
+            let mut reads = 0usize;
+            while !stop.load(relaxed) {
+                let mut tx = store::begin_vector_search(&app, org, 10, 5_000).await.unwrap();
+                let found = store::branches::vector_branch(
+                    &mut tx,
+                    &scope,
+                    &SearchFilters::default(),
+                    &query,
+                    3,
+                    BranchExtras::NONE,
+                )
+                .await
+                .unwrap();
+                tx.commit().await.unwrap();
+                assert_eq!(found.first().map(|r| r.memory.id), Some(nearest.id), "read {reads}");
+                reads += 1;
+            }
+            reads
+        }
+    });
+    let writer = tokio::spawn({
+        let (app, stop) = (db.app.clone(), stop.clone());
+        async move {
+            let mut written = 0usize;
+            while !stop.load(relaxed) {
+                let mut new =
+                    memory_core::domain::NewMemory::new(org, MemoryType::Semantic, format!("written {written}"));
+                new.embedding = Some(vector_with_similarity(0.4, 1 + written % 300));
+                let mut tx = store::begin_for_org(&app, org).await.unwrap();
+                store::memories::insert(&mut *tx, &new).await.unwrap();
+                tx.commit().await.unwrap();
+                written += 1;
+            }
+            written
+        }
+    });
+
+    let missing_or_stale = async || -> (i64, i64) {
+        let mut tx = store::begin_for_org(&db.app, org).await.unwrap();
+        let counts = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM memory m WHERE m.organization_id = $1 AND m.embedding IS NOT NULL \
+                       AND NOT EXISTS (SELECT 1 FROM memory_vector v WHERE v.organization_id = m.organization_id \
+                                       AND v.memory_id = m.id AND v.embedding = m.embedding)), \
+                    (SELECT count(*) FROM memory_vector v WHERE v.organization_id = $1 AND NOT EXISTS \
+                       (SELECT 1 FROM memory m WHERE m.organization_id = v.organization_id AND m.id = v.memory_id \
+                        AND m.embedding IS NOT NULL))",
+        )
+        .bind(org)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        counts
+    };
+    for round in 0..6 {
+        store::ann::move_in(&db.admin, org).await.unwrap();
+        assert_eq!(store::ann::indexed_tenants(&db.admin).await.unwrap(), vec![org]);
+        assert_eq!(missing_or_stale().await, (0, 0), "round {round}: the partition after the move in");
+        store::ann::move_out(&db.admin, org).await.unwrap();
+        assert!(store::ann::indexed_tenants(&db.admin).await.unwrap().is_empty());
+    }
+    store::ann::move_in(&db.admin, org).await.unwrap();
+    stop.store(true, relaxed);
+    let (reads, written) = (reader.await.unwrap(), writer.await.unwrap());
+    assert!(reads > 12 && written > 12, "{reads} reads, {written} writes");
+    assert_eq!(missing_or_stale().await, (0, 0));
+
+    let forgotten = memory_core::lifecycle::forget::forget(&db.app, org, &ForgetSelector::Memories(vec![nearest.id]))
+        .await
+        .unwrap();
+    assert_eq!(forgotten, 1);
+    assert_eq!(missing_or_stale().await, (0, 0), "the forgotten embedding left the partition");
 }
 
 /// Memories whose texts share a small vocabulary, some words repeated (tf > 1), of varied lengths: every query of

@@ -183,10 +183,15 @@ fn topic_word(topic: usize, k: usize) -> &'static str {
 }
 
 impl Corpus {
-    /// Plans `total` memories over the organisations (largest 10%, the rest Zipf-like).
+    /// Plans `total` memories over [`ORGANIZATIONS`] organisations (largest 10%, the rest Zipf-like).
     pub fn plan(total: usize, seed: u64) -> Self {
+        Self::plan_tenants(total, ORGANIZATIONS, seed)
+    }
+
+    /// Plans `total` memories over `organizations` organisations, sized as [`Corpus::plan`]'s.
+    pub fn plan_tenants(total: usize, organizations: usize, seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
-        let weights: Vec<f64> = (0..ORGANIZATIONS).map(|i| if i == 0 { 0.0 } else { 1.0 / (i as f64 + 1.0) }).collect();
+        let weights: Vec<f64> = (0..organizations).map(|i| if i == 0 { 0.0 } else { 1.0 / (i as f64 + 1.0) }).collect();
         let rest: f64 = weights.iter().sum();
         let mut sizes: Vec<usize> = weights.iter().map(|w| (w / rest * 0.9 * total as f64).floor() as usize).collect();
         sizes[0] = total - sizes.iter().sum::<usize>();

@@ -1,9 +1,13 @@
 //! Per-tenant ANN indexes. A tenant's filter is selective on an HNSW index over every row (a tenant with 5% of
 //! the rows makes an iterative scan visit ~20 tuples per result, each checked against the heap), so every tenant
-//! above a size threshold gets a partial HNSW index of its own rows, and there is no shared one.
-//! Tenants without one are searched exactly (`store::begin_vector_search` turns index scans off for them), which
-//! is faster for them and exact. Index DDL needs the schema owner and runs outside a transaction (CONCURRENTLY),
-//! so this is an operator's job: `memory-admin ann-indexes`.
+//! above a size threshold gets an HNSW index of its own rows, and there is no shared one. Its embeddings are copied
+//! into a partition of its own of `memory_vector` (LIST by organisation, migrations/0005), which holds the index: the
+//! vector branch's planner prunes to that one partition, so planning does not grow with the number of indexed
+//! tenants. Tenants without one are searched exactly over their rows of `memory`, which is faster for them and
+//! exact. A tenant moves in or out online, one organisation at a time: its writes and reads go on throughout, and
+//! its vector branch switches in one statement (`branches::vector_branch` reads `memory_vector_tenant.ready`).
+//! Partition and index DDL needs the schema owner (and CONCURRENTLY, no transaction), so this is an operator's
+//! job: `memory-admin ann-indexes`.
 
 use sqlx::{Executor, PgPool};
 use uuid::Uuid;
@@ -20,25 +24,32 @@ pub struct AnnIndexChanges {
     pub kept: usize,
 }
 
-/// The name of a tenant's index: derived from the organisation id alone, so it is never caller text.
-pub fn index_name(organization_id: Uuid) -> String {
-    format!("memory_ann_{}", organization_id.simple())
+/// The partition holding a tenant's embeddings: derived from the organisation id alone, so it is never caller text.
+pub fn partition_name(organization_id: Uuid) -> String {
+    format!("memory_vector_{}", organization_id.simple())
 }
 
-/// Organisations that have a tenant index now.
+/// The HNSW index of a tenant's partition.
+pub fn index_name(organization_id: Uuid) -> String {
+    format!("{}_hnsw", partition_name(organization_id))
+}
+
+/// Organisations with a partition of their own now (being filled, indexed or ready).
 pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
     let names: Vec<String> = sqlx::query_scalar(
-        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'memory' AND indexname LIKE 'memory\\_ann\\_%'",
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'memory_vector'::regclass ORDER BY 1",
     )
     .fetch_all(pool)
     .await?;
-    Ok(names.iter().filter_map(|n| Uuid::try_parse(n.trim_start_matches("memory_ann_")).ok()).collect())
+    Ok(names.iter().filter_map(|n| Uuid::try_parse(n.trim_start_matches("memory_vector_")).ok()).collect())
 }
 
-/// Creates the missing indexes of tenants with at least `min_memories` memories and drops those of tenants that
-/// fell below half of it (the gap keeps a tenant near the threshold from flapping). Idempotent. Needs the schema
-/// owner's pool (it creates indexes). An owner with BYPASSRLS reads every tenant's count at once; one without
-/// (a managed database's master user) reads each known organisation's count under its own setting.
+/// Moves tenants with at least `min_memories` memories into a partition of their own and back out those that fell
+/// below half of it (the gap keeps a tenant near the threshold from flapping); completes a move an earlier run left
+/// half done, and drops the partial HNSW indexes on `memory` that tenants had before partitions. Idempotent. Needs
+/// the schema owner's pool. An owner with BYPASSRLS reads every tenant's count at once; one without (a managed
+/// database's master user) reads each known organisation's count under its own setting.
 pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnIndexChanges> {
     let mut counts: Vec<(Uuid, i64)> =
         sqlx::query_as("SELECT organization_id, doc_count FROM memory_corpus_totals").fetch_all(pool).await?;
@@ -60,44 +71,152 @@ pub async fn reconcile(pool: &PgPool, min_memories: i64) -> sqlx::Result<AnnInde
     for (org, count) in &counts {
         let has = existing.contains(org);
         if !has && *count >= min_memories {
-            create_index(pool, *org).await?;
+            move_in(pool, *org).await?;
             changes.created.push(*org);
-            changed_plan(pool, *org).await?;
         } else if has && *count < min_memories / 2 {
-            drop_index(pool, *org).await?;
+            move_out(pool, *org).await?;
             changes.dropped.push(*org);
-            changed_plan(pool, *org).await?;
         } else if has {
+            move_in(pool, *org).await?;
             changes.kept += 1;
         }
     }
     for org in existing.iter().filter(|o| !counts.iter().any(|(c, _)| c == *o)) {
-        drop_index(pool, *org).await?;
+        move_out(pool, *org).await?;
         changes.dropped.push(*org);
-        changed_plan(pool, *org).await?;
+    }
+    let partial: Vec<String> = sqlx::query_scalar(
+        "SELECT indexname::text FROM pg_indexes WHERE tablename = 'memory' AND indexname LIKE 'memory\\_ann\\_%'",
+    )
+    .fetch_all(pool)
+    .await?;
+    for index in partial {
+        pool.execute(format!("DROP INDEX CONCURRENTLY IF EXISTS {index}").as_str()).await?;
     }
     Ok(changes)
 }
 
-async fn create_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
-    // HNSW over cosine distance with pgvector's default build parameters.
-    let sql = format!(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON memory USING hnsw (embedding vector_cosine_ops) \
-         WITH (m = 16, ef_construction = 64) WHERE organization_id = '{organization_id}'",
-        index_name(organization_id)
-    );
-    pool.execute(sql.as_str()).await.map(|_| ())
+/// Gives the tenant its partition, filled, indexed and read; each step is skipped when an earlier run did it.
+pub async fn move_in(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    let (partition, index) = (partition_name(organization_id), index_name(organization_id));
+    let attached: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1) AND NOT inhdetachpending)",
+    )
+    .bind(&partition)
+    .fetch_one(pool)
+    .await?;
+    if !attached {
+        // A table left by an interrupted move out goes first. Attaching takes SHARE UPDATE EXCLUSIVE on the parent:
+        // reads and writes go on.
+        drop_partition(pool, organization_id).await?;
+        sqlx::raw_sql(&format!(
+            "BEGIN; CREATE TABLE {partition} (LIKE memory_vector); \
+             ALTER TABLE {partition} ENABLE ROW LEVEL SECURITY; ALTER TABLE {partition} FORCE ROW LEVEL SECURITY; \
+             CREATE POLICY tenant_isolation ON {partition} USING (organization_id = app_current_org()) \
+               WITH CHECK (organization_id = app_current_org()); \
+             ALTER TABLE memory_vector ATTACH PARTITION {partition} FOR VALUES IN ('{organization_id}'); COMMIT;"
+        ))
+        .execute(pool)
+        .await?;
+    }
+
+    let mut tx = super::begin_for_org(pool, organization_id).await?;
+    let ready: Option<bool> = sqlx::query_scalar("SELECT ready FROM memory_vector_tenant WHERE organization_id = $1")
+        .bind(organization_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if ready.is_none() {
+        // The fill, under the organisation's writers' guard held exclusively: a write committed before it is copied
+        // here, one after it by its own trigger, which now sees the registration.
+        sqlx::query("SELECT memory_vector_guard($1, true)").bind(organization_id).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO memory_vector_tenant (organization_id) VALUES ($1)")
+            .bind(organization_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM memory_vector WHERE organization_id = $1")
+            .bind(organization_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO memory_vector (organization_id, memory_id, embedding) \
+             SELECT organization_id, id, embedding FROM memory WHERE organization_id = $1 AND embedding IS NOT NULL",
+        )
+        .bind(organization_id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+
+    // HNSW over cosine distance with pgvector's default build parameters; a build that failed before left an
+    // invalid index, rebuilt here.
+    let valid: Option<bool> = sqlx::query_scalar("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)")
+        .bind(&index)
+        .fetch_optional(pool)
+        .await?;
+    if valid == Some(false) {
+        pool.execute(format!("DROP INDEX CONCURRENTLY IF EXISTS {index}").as_str()).await?;
+    }
+    if valid != Some(true) {
+        let sql = format!(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {partition} \
+             USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+        );
+        pool.execute(sql.as_str()).await?;
+    }
+
+    if ready != Some(true) {
+        let mut tx = super::begin_for_org(pool, organization_id).await?;
+        sqlx::query("UPDATE memory_vector_tenant SET ready = true WHERE organization_id = $1")
+            .bind(organization_id)
+            .execute(&mut *tx)
+            .await?;
+        changed_plan(&mut tx, organization_id).await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// Takes the tenant back to exact scans of `memory`, then drops its partition.
+pub async fn move_out(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    // Unregistered under the writers' guard: once this commits, no writer copies into the partition any more.
+    let mut tx = super::begin_for_org(pool, organization_id).await?;
+    sqlx::query("SELECT memory_vector_guard($1, true)").bind(organization_id).execute(&mut *tx).await?;
+    let unregistered = sqlx::query("DELETE FROM memory_vector_tenant WHERE organization_id = $1")
+        .bind(organization_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if unregistered > 0 {
+        changed_plan(&mut tx, organization_id).await?;
+    }
+    tx.commit().await?;
+    drop_partition(pool, organization_id).await
+}
+
+/// Detaches the partition (CONCURRENTLY: reads of other tenants go on, and a read of this one that began before
+/// the move out finishes first) and drops it.
+async fn drop_partition(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
+    let partition = partition_name(organization_id);
+    let pending: Option<bool> =
+        sqlx::query_scalar("SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = to_regclass($1)")
+            .bind(&partition)
+            .fetch_optional(pool)
+            .await?;
+    match pending {
+        Some(false) => {
+            pool.execute(format!("ALTER TABLE memory_vector DETACH PARTITION {partition} CONCURRENTLY").as_str())
+                .await?;
+        }
+        Some(true) => {
+            pool.execute(format!("ALTER TABLE memory_vector DETACH PARTITION {partition} FINALIZE").as_str()).await?;
+        }
+        None => {}
+    }
+    pool.execute(format!("DROP TABLE IF EXISTS {partition}").as_str()).await.map(|_| ())
 }
 
 /// The organisation's vector branch now reads another way (approximate through its own index, or exact without):
 /// its retrievals may answer otherwise, so its generation moves (migrations/0004).
-async fn changed_plan(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
-    let mut tx = super::begin_for_org(pool, organization_id).await?;
-    sqlx::query("SELECT memory_generation_note($1)").bind(organization_id).execute(&mut *tx).await?;
-    tx.commit().await
-}
-
-async fn drop_index(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<()> {
-    let sql = format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index_name(organization_id));
-    pool.execute(sql.as_str()).await.map(|_| ())
+async fn changed_plan(tx: &mut sqlx::PgConnection, organization_id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("SELECT memory_generation_note($1)").bind(organization_id).execute(&mut *tx).await.map(|_| ())
 }

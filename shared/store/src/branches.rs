@@ -60,7 +60,8 @@ pub(super) fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: BranchExt
     extras.push_sql(qb);
 }
 
-/// Nearest neighbours of `query` by cosine distance (HNSW), nearest first.
+/// Nearest neighbours of `query` by cosine distance, nearest first: through the organisation's own partition and its
+/// HNSW index when it has one ready (`store::ann`), else exactly over its rows of `memory`.
 pub async fn vector_branch(
     conn: &mut PgConnection,
     scope: &ReadFilter,
@@ -69,23 +70,76 @@ pub async fn vector_branch(
     rows: usize,
     extras: BranchExtras,
 ) -> sqlx::Result<Vec<BranchRow>> {
-    let mut qb = QueryBuilder::new("");
-    select_head(&mut qb, extras);
-    qb.push("1 - (m.embedding <=> ")
-        .push_bind(query.clone())
-        .push(") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m WHERE ");
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
-    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
-        .push_bind(query.clone())
-        .push(" LIMIT ")
-        .push_bind(rows as i64);
-    let mut found: Vec<BranchRow> = qb.build_query_as().fetch_all(conn).await?;
+    let mut found: Vec<BranchRow> =
+        vector_statement("", scope, filters, query, rows, extras).build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
     found.sort_by(|a, b| {
         b.cosine_sim.partial_cmp(&a.cosine_sim).unwrap_or(std::cmp::Ordering::Equal).then(a.memory.id.cmp(&b.memory.id))
     });
     Ok(found)
+}
+
+/// [`vector_branch`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)`: its plan, the planner's and the
+/// executor's times (benchmarks and tests).
+pub async fn explain_vector_branch(
+    conn: &mut PgConnection,
+    scope: &ReadFilter,
+    filters: &SearchFilters,
+    query: &Vector,
+    rows: usize,
+) -> sqlx::Result<serde_json::Value> {
+    vector_statement("EXPLAIN (ANALYZE, FORMAT JSON) ", scope, filters, query, rows, BranchExtras::NONE)
+        .build_query_scalar()
+        .fetch_one(conn)
+        .await
+}
+
+/// One statement with both arms, each gated by the registration it reads (a one-time filter: only one arm runs),
+/// so a tenant moving in or out is read one way or the other, whole.
+fn vector_statement<'a>(
+    prefix: &str,
+    scope: &'a ReadFilter,
+    filters: &'a SearchFilters,
+    query: &Vector,
+    rows: usize,
+    extras: BranchExtras,
+) -> QueryBuilder<'a, Postgres> {
+    let org = scope.organization_id();
+    let mut qb = QueryBuilder::new(prefix);
+    qb.push("(");
+    select_head(&mut qb, extras);
+    qb.push("1 - (v.embedding <=> ")
+        .push_bind(query.clone())
+        .push(
+            ") AS cosine_sim, NULL::float8 AS keyword_score \
+             FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id AND m.id = v.memory_id \
+             WHERE v.organization_id = ",
+        )
+        .push_bind(org)
+        .push(" AND (SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = ")
+        .push_bind(org)
+        .push(") AND ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows as i64);
+    qb.push(") UNION ALL (");
+    select_head(&mut qb, extras);
+    qb.push("1 - (m.embedding <=> ")
+        .push_bind(query.clone())
+        .push(
+            ") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m \
+             WHERE (SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = ",
+        )
+        .push_bind(org)
+        .push(") IS NOT TRUE AND ");
+    scope.push_sql(&mut qb);
+    filters.push_sql(&mut qb);
+    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
+        .push_bind(query.clone())
+        .push(" LIMIT ")
+        .push_bind(rows as i64)
+        .push(")");
+    qb
 }
 
 /// Memories matching the filters, newest first, unscored (the `metadata` strategy).

@@ -83,23 +83,19 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
 }
 
 /// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows; custom plans only, because the right plan depends on the organisation and a cached generic
-/// plan cannot know it; a tenant with its own partial HNSW index (`memory-admin ann-indexes`, see [`ann`]) is
-/// searched through it, any other exactly (there is no shared ANN index: index scans are turned off for such a
-/// tenant, so its rows come from the scope predicate's bitmap scans, sorted by distance); and a statement timeout
-/// so one slow branch cannot hold a request.
+/// `ef_search` rows; custom plans only, so the planner prunes `memory_vector` to the organisation's own partition
+/// (see [`ann`]; a cached generic plan would hold every partition); and a statement timeout so one slow branch
+/// cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
     ef_search: usize,
     statement_timeout_ms: u64,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let own_index = ann::index_name(organization_id);
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
         ("plan_cache_mode", literal("force_custom_plan")),
-        ("enable_indexscan", format!("CASE WHEN to_regclass('{own_index}') IS NULL THEN 'off' ELSE 'on' END")),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];
     begin_with_settings(pool, organization_id, &settings).await
@@ -183,9 +179,13 @@ pub async fn set_embedding_dimension(pool: &PgPool, dimensions: i32) -> sqlx::Re
     if embedding_dimension(pool).await? == dimensions {
         return Ok(false);
     }
-    // The cast re-checks every stored vector, whatever RLS would show the caller.
+    // The cast re-checks every stored vector, whatever RLS would show the caller; the tenants' partitions' copies
+    // (`ann`) change with them.
     sqlx::raw_sql(&format!(
-        "ALTER TABLE memory ALTER COLUMN embedding TYPE vector({dimensions}) USING embedding::vector({dimensions})"
+        "BEGIN; \
+         ALTER TABLE memory ALTER COLUMN embedding TYPE vector({dimensions}) USING embedding::vector({dimensions}); \
+         ALTER TABLE memory_vector ALTER COLUMN embedding TYPE vector({dimensions}) \
+           USING embedding::vector({dimensions}); COMMIT;"
     ))
     .execute(pool)
     .await?;

@@ -11,13 +11,16 @@
 //! `Ingestor`, and (`http`) the real retrieve server on the last size's database: cold start to the first answer,
 //! throughput with distinct and with repeated queries, its CPU time per request and peak RSS.
 //!
-//! `--load` runs the saturation test instead (`load`, `make load`).
+//! `--load` runs the saturation test instead (`load`, `make load`); `--indexed-tenants` the tenant-count shape
+//! (`tenants`): the first size's corpus over `--organizations` organisations, its largest tenants given
+//! partitions of their own in steps.
 
 mod http;
 mod load;
 mod model;
 mod report;
 mod retrieval;
+mod tenants;
 mod workload;
 
 use std::{path::PathBuf, sync::Arc, time::Instant};
@@ -69,6 +72,13 @@ struct Args {
     /// Clients of the busy organisation in the saturation test.
     #[arg(long, default_value_t = 64)]
     load_clients: usize,
+    /// Organisations the corpus is spread over.
+    #[arg(long, default_value_t = memory_tools::synthetic::ORGANIZATIONS)]
+    organizations: usize,
+    /// Run the tenant-count shape instead of the benchmark: the largest tenants of the first size's corpus get
+    /// partitions of their own, this many at each step (comma-separated), each step measured.
+    #[arg(long, value_delimiter = ',')]
+    indexed_tenants: Vec<usize>,
 }
 
 fn ms(started: Instant) -> f64 {
@@ -81,6 +91,13 @@ async fn main() -> anyhow::Result<()> {
     if args.load {
         let report = load::run(&args).await?;
         load::print(&report);
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+        }
+        return Ok(());
+    }
+    if !args.indexed_tenants.is_empty() {
+        let report = tenants::run(&args).await?;
         if let Some(path) = &args.json {
             std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
         }

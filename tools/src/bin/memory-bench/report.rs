@@ -34,8 +34,7 @@ pub struct SizeReport {
     /// End to end on the same probes without and with `explain`, alternating which goes first.
     pub unexplained_ms: Percentiles,
     pub explained_ms: Percentiles,
-    /// The planner's time for the raw query (`EXPLAIN (ANALYZE)`'s "Planning Time"): it checks every tenant ANN
-    /// index's predicate, so it grows with their number.
+    /// The planner's time for the vector branch's statement (`EXPLAIN (ANALYZE)`'s "Planning Time").
     pub vector_planning_ms: Percentiles,
 }
 
@@ -145,7 +144,7 @@ pub fn print_row(r: &SizeReport) {
         r.memories, r.unexplained_ms.p50, r.explained_ms.p50, r.unexplained_ms.p95, r.explained_ms.p95
     );
     println!(
-        "{:>9} memories | planning the raw query with {} tenant indexes, p50 {:.3} ms, p95 {:.3} ms",
+        "{:>9} memories | planning the vector branch with {} tenant indexes, p50 {:.3} ms, p95 {:.3} ms",
         r.memories, r.tenant_indexes, r.vector_planning_ms.p50, r.vector_planning_ms.p95
     );
 }
@@ -160,4 +159,52 @@ pub fn machine() -> String {
         })
         .unwrap_or_default();
     format!("{} cores, {cpu}", std::thread::available_parallelism().map_or(0, |n| n.get()))
+}
+
+/// The tenant-count shape (`--indexed-tenants`): one corpus, its largest tenants given partitions of their own in
+/// steps, each step measured.
+#[derive(Serialize)]
+pub struct TenantReport {
+    pub memories: usize,
+    pub organizations: usize,
+    pub load_s: f64,
+    pub index_s: f64,
+    pub steps: Vec<TenantStep>,
+    pub queries: usize,
+    pub machine: String,
+}
+
+#[derive(Serialize)]
+pub struct TenantStep {
+    /// Tenants with a partition and HNSW index of their own.
+    pub indexed: usize,
+    /// Seconds the moves into and out of partitions took to reach this step.
+    pub move_s: f64,
+    pub e2e_ms: Percentiles,
+    pub vector_ms: Percentiles,
+    pub keyword_ms: Percentiles,
+    /// The planner's time for the vector branch's statement, over every probe and over the indexed tenants' alone.
+    pub vector_planning_ms: Percentiles,
+    pub vector_planning_indexed_ms: Percentiles,
+}
+
+pub fn print_step(memories: usize, organizations: usize, s: &TenantStep) {
+    println!(
+        "{memories} memories in {organizations} organisations, {:>5} indexed (moved in {:.0} s) | p50/p95/p99 ms  e2e {:.2}/{:.2}/{:.2}  vector {:.2}/{:.2}/{:.2}  keyword {:.2}/{:.2}/{:.2} | planning the vector branch p50/p95 {:.3}/{:.3} ms (indexed tenants {:.3}/{:.3})",
+        s.indexed,
+        s.move_s,
+        s.e2e_ms.p50,
+        s.e2e_ms.p95,
+        s.e2e_ms.p99,
+        s.vector_ms.p50,
+        s.vector_ms.p95,
+        s.vector_ms.p99,
+        s.keyword_ms.p50,
+        s.keyword_ms.p95,
+        s.keyword_ms.p99,
+        s.vector_planning_ms.p50,
+        s.vector_planning_ms.p95,
+        s.vector_planning_indexed_ms.p50,
+        s.vector_planning_indexed_ms.p95,
+    );
 }

@@ -38,7 +38,7 @@ const BULK_INDEXES: [&str; 3] = ["memory_posting_impact", "memory_posting_tail",
 const READ_SET: &str = "\
     WITH base AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND (c.relname IN \
         ('memory', 'memory_posting_list', 'memory_posting_gone', 'memory_term_stats', 'memory_corpus_stats', \
-         'memory_posting_tail', 'memory_taxonomy_tag') OR c.relname LIKE 'memory\\_ann\\_%')), \
+         'memory_posting_tail', 'memory_taxonomy_tag') OR c.relname LIKE 'memory\\_vector\\_%')), \
     toast AS (SELECT c.reltoastrelid AS oid FROM pg_class c JOIN base USING (oid) WHERE c.reltoastrelid <> 0) \
     SELECT oid FROM base UNION SELECT oid FROM toast \
     UNION SELECT i.indexrelid FROM pg_index i JOIN base b ON i.indrelid = b.oid WHERE i.indisprimary \
@@ -48,19 +48,26 @@ const READ_SET: &str = "\
 pub struct Prepared {
     pub db: scratch::Scratch,
     pub corpus: Corpus,
-    load_s: f64,
-    index_s: f64,
+    pub load_s: f64,
+    pub index_s: f64,
     tenant_indexes: usize,
 }
 
 pub async fn prepare(args: &Args, size: usize) -> anyhow::Result<Prepared> {
     eprintln!("== {size} memories");
-    let corpus = Corpus::plan(size, args.seed);
-    let name = format!("memory_bench_{size}");
+    let corpus = Corpus::plan_tenants(size, args.organizations, args.seed);
+    let name = match args.organizations {
+        synthetic::ORGANIZATIONS => format!("memory_bench_{size}"),
+        n => format!("memory_bench_{size}_{n}_organizations"),
+    };
     // A database built by another corpus version or an older schema is not reused.
     let schema = store::MIGRATOR.iter().map(|m| m.version).max().unwrap_or_default();
-    let marker =
-        format!("synthetic corpus v{}, schema {schema}: {size} memories, seed {}", synthetic::VERSION, args.seed);
+    let marker = format!(
+        "synthetic corpus v{}, schema {schema}: {size} memories in {} organisations, seed {}",
+        synthetic::VERSION,
+        args.organizations,
+        args.seed
+    );
     if args.reuse && scratch::comment(&name).await?.as_deref() == Some(marker.as_str()) {
         eprintln!("reusing {name}");
         let db = scratch::open(&name, 8).await?;
@@ -92,6 +99,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let every = || e2e_probes.iter().chain(&raw_probes).chain(&raw_depth_probes);
     let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
     let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config);
+    let indexed = store::ann::indexed_tenants(&db.admin).await?;
     let scope_of = async |probe: &Probe| {
         retriever.scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true).await
     };
@@ -122,17 +130,17 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         {
             let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
             let t = Instant::now();
-            raw_baseline(&db.app, &scope, &query, k).await?;
+            raw_baseline(&db.app, &scope, &query, k, indexed.contains(&probe.organization)).await?;
             timings.push(ms(t));
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    // What planning the raw query costs, as the server reports it.
+    // What planning the vector branch costs, as the server reports it.
     let mut planning = Vec::new();
     for probe in raw_probes.iter().skip(warmup) {
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
-        planning.push(raw_planning_ms(&db.app, &scope, &query, 20).await?);
+        planning.push(vector_planning_ms(&db.app, &scope, &query, depth).await?);
     }
     // What explain costs: each probe asked without and with it, alternating which goes first.
     let (mut unexplained, mut explained) = (vec![], vec![]);
@@ -240,24 +248,41 @@ pub async fn prewarm(admin: &PgPool) -> anyhow::Result<f64> {
     Ok(read_set_mb)
 }
 
-/// The baseline: one HNSW query under the same tenant filter, in a transaction set up like the vector branch's.
-async fn raw_baseline(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<Vec<Uuid>> {
+/// The baseline: one HNSW query under the same tenant filter (through the tenant's own partition when it has one,
+/// else over `memory`), in a transaction set up like the vector branch's.
+async fn raw_baseline(
+    pool: &PgPool,
+    scope: &ReadFilter,
+    query: &Vector,
+    k: usize,
+    indexed: bool,
+) -> anyhow::Result<Vec<Uuid>> {
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
-    let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
-    scope.push_sql(&mut qb);
-    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
+    let mut qb = if indexed {
+        let mut qb = QueryBuilder::new(
+            "SELECT m.id FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id \
+             AND m.id = v.memory_id WHERE v.organization_id = ",
+        );
+        qb.push_bind(scope.organization_id()).push(" AND ");
+        scope.push_sql(&mut qb);
+        qb.push(" ORDER BY v.embedding <=> ");
+        qb
+    } else {
+        let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
+        scope.push_sql(&mut qb);
+        qb.push(" ORDER BY m.embedding <=> ");
+        qb
+    };
+    qb.push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
     let ids: Vec<Uuid> = qb.build_query_scalar().fetch_all(&mut *tx).await?;
     tx.commit().await?;
     Ok(ids)
 }
 
-/// The planner's time for [`raw_baseline`]'s query, from `EXPLAIN (ANALYZE, FORMAT JSON)`.
-async fn raw_planning_ms(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<f64> {
+/// The planner's time for the vector branch's statement, from `EXPLAIN (ANALYZE, FORMAT JSON)`.
+pub async fn vector_planning_ms(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<f64> {
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
-    let mut qb = QueryBuilder::new("EXPLAIN (ANALYZE, FORMAT JSON) SELECT m.id FROM memory m WHERE ");
-    scope.push_sql(&mut qb);
-    qb.push(" ORDER BY m.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(k as i64);
-    let plan: serde_json::Value = qb.build_query_scalar().fetch_one(&mut *tx).await?;
+    let plan = store::branches::explain_vector_branch(&mut tx, scope, &SearchFilters::default(), query, k).await?;
     tx.commit().await?;
     plan[0]["Planning Time"].as_f64().context("EXPLAIN gave no Planning Time")
 }

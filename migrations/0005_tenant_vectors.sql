@@ -1,0 +1,93 @@
+-- The embeddings of the organisations that have an ANN index of their own, one partition each (LIST by
+-- organisation), each partition with its own HNSW index. The vector branch of such an organisation reads its
+-- partition alone: the planner prunes to it by the bound organisation, so planning sees one partition's index
+-- whatever the number of indexed organisations (with a partial index per organisation on `memory`, it checked every
+-- index's predicate). Partitions are made and dropped one organisation at a time, online, by `store::ann`
+-- (`memory-admin ann-indexes`); the triggers below keep each partition equal to the organisation's embeddings.
+CREATE TABLE memory_vector (
+    organization_id uuid NOT NULL,
+    memory_id uuid NOT NULL,
+    embedding vector(384) NOT NULL,
+    PRIMARY KEY (organization_id, memory_id)
+) PARTITION BY LIST (organization_id);
+
+ALTER TABLE memory_vector ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_vector FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_vector
+    USING (organization_id = app_current_org()) WITH CHECK (organization_id = app_current_org());
+GRANT SELECT, INSERT, DELETE ON memory_vector TO memory_app;
+
+-- The organisations whose embeddings are copied into their partition (a row exists from the fill on), and whose
+-- vector branch reads it (`ready`, once its HNSW index is built).
+CREATE TABLE memory_vector_tenant (
+    organization_id uuid NOT NULL PRIMARY KEY,
+    ready boolean NOT NULL DEFAULT false
+);
+
+ALTER TABLE memory_vector_tenant ENABLE ROW LEVEL SECURITY;
+ALTER TABLE memory_vector_tenant FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON memory_vector_tenant
+    USING (organization_id = app_current_org()) WITH CHECK (organization_id = app_current_org());
+GRANT SELECT ON memory_vector_tenant TO memory_app;
+
+-- Writers of an organisation's memories hold this lock shared while their statement copies embeddings; the fill
+-- of a new partition holds it exclusively, so every write lands either before the fill (which copies it) or after
+-- the organisation is registered (its trigger copies it).
+CREATE FUNCTION memory_vector_guard(org uuid, exclusive boolean) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(hashtext('memory_vector'), hashtext(org::text));
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(hashtext('memory_vector'), hashtext(org::text));
+    END IF;
+END
+$$;
+
+CREATE FUNCTION memory_vector_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_vector_guard(o, false) FROM (SELECT DISTINCT organization_id AS o FROM new_rows ORDER BY 1) d;
+    INSERT INTO memory_vector (organization_id, memory_id, embedding)
+    SELECT n.organization_id, n.id, n.embedding
+    FROM new_rows n JOIN memory_vector_tenant t ON t.organization_id = n.organization_id
+    WHERE n.embedding IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION memory_vector_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_vector_guard(o, false) FROM (SELECT DISTINCT organization_id AS o FROM old_rows ORDER BY 1) d;
+    DELETE FROM memory_vector v USING old_rows o
+    WHERE v.organization_id = o.organization_id AND v.memory_id = o.id;
+    RETURN NULL;
+END
+$$;
+
+-- An embedding replaced or erased (a forget sets it to NULL): the copy follows. Statement-level, as memory's other
+-- update triggers are, so no trigger definition names the column and its type can still change
+-- (`store::set_embedding_dimension`).
+CREATE FUNCTION memory_vector_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
+                   WHERE o.embedding IS DISTINCT FROM n.embedding) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM memory_vector_guard(g, false) FROM (SELECT DISTINCT organization_id AS g FROM new_rows ORDER BY 1) d;
+    DELETE FROM memory_vector v USING new_rows n, old_rows o
+    WHERE o.organization_id = n.organization_id AND o.id = n.id AND o.embedding IS DISTINCT FROM n.embedding
+      AND v.organization_id = n.organization_id AND v.memory_id = n.id;
+    INSERT INTO memory_vector (organization_id, memory_id, embedding)
+    SELECT n.organization_id, n.id, n.embedding
+    FROM new_rows n JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
+         JOIN memory_vector_tenant t ON t.organization_id = n.organization_id
+    WHERE o.embedding IS DISTINCT FROM n.embedding AND n.embedding IS NOT NULL;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER memory_vector_insert AFTER INSERT ON memory REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_vector_add();
+CREATE TRIGGER memory_vector_update AFTER UPDATE ON memory REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_vector_change();
+CREATE TRIGGER memory_vector_delete AFTER DELETE ON memory REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_vector_remove();
