@@ -30,9 +30,9 @@ CREATE POLICY tenant_isolation ON memory_vector_tenant
     USING (organization_id = app_current_org()) WITH CHECK (organization_id = app_current_org());
 GRANT SELECT ON memory_vector_tenant TO memory_app;
 
--- Writers of an organisation's memories hold this lock shared while their statement copies embeddings; the fill
--- of a new partition holds it exclusively, so every write lands either before the fill (which copies it) or after
--- the organisation is registered (its trigger copies it).
+-- Writers of an organisation's memories hold this lock shared while their statement copies embeddings; the
+-- batches of the fill (`store::ann`) hold it exclusively, so every write lands either before a
+-- batch (which copies what is committed) or after it (its own trigger copies or corrects it).
 CREATE FUNCTION memory_vector_guard(org uuid, exclusive boolean) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     IF exclusive THEN
@@ -43,6 +43,10 @@ BEGIN
 END
 $$;
 
+-- The triggers are statement-level, as memory's others are, so no trigger definition names the embedding column and
+-- its type can still change (`store::set_embedding_dimension`). Their deletes run per registered organisation with
+-- the organisation as a parameter (EXECUTE plans once, pruned to its partition): a cached plan of a statement
+-- joining the transition table would hold every partition.
 CREATE FUNCTION memory_vector_add() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM memory_vector_guard(o, false) FROM (SELECT DISTINCT organization_id AS o FROM new_rows ORDER BY 1) d;
@@ -55,32 +59,39 @@ END
 $$;
 
 CREATE FUNCTION memory_vector_remove() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    g uuid;
 BEGIN
-    PERFORM memory_vector_guard(o, false) FROM (SELECT DISTINCT organization_id AS o FROM old_rows ORDER BY 1) d;
-    DELETE FROM memory_vector v USING old_rows o
-    WHERE v.organization_id = o.organization_id AND v.memory_id = o.id;
+    FOR g IN SELECT DISTINCT organization_id FROM old_rows ORDER BY 1 LOOP
+        PERFORM memory_vector_guard(g, false);
+        IF EXISTS (SELECT 1 FROM memory_vector_tenant t WHERE t.organization_id = g) THEN
+            EXECUTE 'DELETE FROM memory_vector v USING old_rows o '
+                    'WHERE v.organization_id = $1 AND o.organization_id = $1 AND v.memory_id = o.id' USING g;
+        END IF;
+    END LOOP;
     RETURN NULL;
 END
 $$;
 
--- An embedding replaced or erased (a forget sets it to NULL): the copy follows. Statement-level, as memory's other
--- update triggers are, so no trigger definition names the column and its type can still change
--- (`store::set_embedding_dimension`).
+-- An embedding replaced or erased (a forget sets it to NULL): the copy follows.
 CREATE FUNCTION memory_vector_change() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    g uuid;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM new_rows n JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
-                   WHERE o.embedding IS DISTINCT FROM n.embedding) THEN
-        RETURN NULL;
-    END IF;
-    PERFORM memory_vector_guard(g, false) FROM (SELECT DISTINCT organization_id AS g FROM new_rows ORDER BY 1) d;
-    DELETE FROM memory_vector v USING new_rows n, old_rows o
-    WHERE o.organization_id = n.organization_id AND o.id = n.id AND o.embedding IS DISTINCT FROM n.embedding
-      AND v.organization_id = n.organization_id AND v.memory_id = n.id;
-    INSERT INTO memory_vector (organization_id, memory_id, embedding)
-    SELECT n.organization_id, n.id, n.embedding
-    FROM new_rows n JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
-         JOIN memory_vector_tenant t ON t.organization_id = n.organization_id
-    WHERE o.embedding IS DISTINCT FROM n.embedding AND n.embedding IS NOT NULL;
+    FOR g IN SELECT DISTINCT n.organization_id FROM new_rows n
+             JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
+             WHERE o.embedding IS DISTINCT FROM n.embedding ORDER BY 1 LOOP
+        PERFORM memory_vector_guard(g, false);
+        IF EXISTS (SELECT 1 FROM memory_vector_tenant t WHERE t.organization_id = g) THEN
+            EXECUTE 'DELETE FROM memory_vector v USING new_rows n, old_rows o '
+                    'WHERE v.organization_id = $1 AND n.organization_id = $1 AND o.organization_id = $1 '
+                    'AND o.id = n.id AND o.embedding IS DISTINCT FROM n.embedding AND v.memory_id = n.id' USING g;
+            INSERT INTO memory_vector (organization_id, memory_id, embedding)
+            SELECT n.organization_id, n.id, n.embedding
+            FROM new_rows n JOIN old_rows o ON o.organization_id = n.organization_id AND o.id = n.id
+            WHERE n.organization_id = g AND o.embedding IS DISTINCT FROM n.embedding AND n.embedding IS NOT NULL;
+        END IF;
+    END LOOP;
     RETURN NULL;
 END
 $$;

@@ -6,7 +6,7 @@
     scripts/results.py render                     rewrite every generated table of docs/benchmarks.md
 
 A generated table sits between `<!-- results:NAME:TABLE -->` and `<!-- /results -->`; everything between the two
-markers is replaced. NAME is a recorded result (bench, load, eval); TABLE one of the renderers below.
+markers is replaced. NAME is a recorded result (bench, tenants, load, eval); TABLE one of the renderers below.
 """
 
 import datetime
@@ -165,12 +165,24 @@ def loso_table(data):
     return table(header, rows)
 
 
+def tenant_steps(data):
+    """`data`: memory-bench's JSON of the tenant-count shape (`--indexed-tenants`)."""
+    rows = [[f"{s['indexed']:,}", f"{s['move_s']:.0f}", pct(s["e2e_ms"]), pct(s["vector_ms"]), pct(s["keyword_ms"]),
+             pct(s["vector_planning_ms"], 3), pct(s["vector_planning_indexed_ms"], 3)] for s in data["steps"]]
+    lead = (f"{data['memories']:,} memories in {data['organizations']:,} organisations (loaded in {data['load_s']:.0f} s, "
+            f"indexed in {data['index_s']:.0f} s), {data['queries']:,} queries a step; ms, p50 / p95 / p99:\n\n")
+    header = ["tenants with their own partition", "moved in, s", "end to end", "vector", "keyword",
+              "planning the vector branch", "planning it, indexed tenants' queries"]
+    return lead + table(header, rows)
+
+
 RENDERERS = {
     "bench": {"latency": bench_latency, "parts": bench_parts, "query-path": bench_query_path, "all": bench_all},
     "load": {"saturation": load_saturation},
     "eval": {"quality": eval_quality},
     "floor": {"passive": passive_floor},
     "loso": {"held-out": loso_table},
+    "tenants": {"steps": tenant_steps},
 }
 
 

@@ -456,6 +456,29 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
         tx.rollback().await.unwrap();
         read_relations(&plan)
     };
+    // Ingest's near-duplicate probe reads the same way.
+    let first: memory_core::domain::Memory =
+        sqlx::query_as("SELECT * FROM memory WHERE organization_id = $1 AND content = 'large tenant note 0'")
+            .bind(large)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+    let mut tx = store::begin_for_org(&db.app, large).await.unwrap();
+    let readership = memory_core::domain::Readership::of(&first);
+    let near = store::ingest::near_duplicates(
+        &mut tx,
+        large,
+        Uuid::nil(),
+        &readership,
+        &vector_with_similarity(0.9, 20),
+        0.99,
+        5,
+    )
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(near.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![first.id]);
+
     let large_plan = plan(large).await;
     assert!(large_plan.contains(&store::ann::index_name(large)), "{large_plan:?}");
     let partitions = |plan: &[String]| {
@@ -517,8 +540,11 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
 ) {
     let db = Db::new(opts, conn).await;
     let org = Uuid::now_v7();
+    let mut notes = Vec::new();
     for i in 0..400 {
-        memory(org, &format!("note {i}")).embedding(vector_with_similarity(0.5, 1 + i % 300)).insert(&db).await;
+        notes.push(
+            memory(org, &format!("note {i}")).embedding(vector_with_similarity(0.5, 1 + i % 300)).insert(&db).await.id,
+        );
     }
     let nearest = memory(org, "the nearest note").embedding(axis(0)).insert(&db).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -554,6 +580,7 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
     let writer = tokio::spawn({
         let (app, stop) = (db.app.clone(), stop.clone());
         async move {
+            // New memories, and every other time one of the first ones forgotten (its embedding erased).
             let mut written = 0usize;
             while !stop.load(relaxed) {
                 let mut new =
@@ -562,6 +589,10 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
                 let mut tx = store::begin_for_org(&app, org).await.unwrap();
                 store::memories::insert(&mut *tx, &new).await.unwrap();
                 tx.commit().await.unwrap();
+                if let Some(note) = notes.get(written / 2).filter(|_| written % 2 == 1) {
+                    let selector = ForgetSelector::Memories(vec![*note]);
+                    memory_core::lifecycle::forget::forget(&app, org, &selector).await.unwrap();
+                }
                 written += 1;
             }
             written
@@ -585,14 +616,15 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
         tx.commit().await.unwrap();
         counts
     };
+    let mut mover = store::ann::Mover::lock(&db.admin).await.unwrap();
     for round in 0..6 {
-        store::ann::move_in(&db.admin, org).await.unwrap();
+        mover.move_in(org).await.unwrap();
         assert_eq!(store::ann::indexed_tenants(&db.admin).await.unwrap(), vec![org]);
         assert_eq!(missing_or_stale().await, (0, 0), "round {round}: the partition after the move in");
-        store::ann::move_out(&db.admin, org).await.unwrap();
+        mover.move_out(org).await.unwrap();
         assert!(store::ann::indexed_tenants(&db.admin).await.unwrap().is_empty());
     }
-    store::ann::move_in(&db.admin, org).await.unwrap();
+    mover.move_in(org).await.unwrap();
     stop.store(true, relaxed);
     let (reads, written) = (reader.await.unwrap(), writer.await.unwrap());
     assert!(reads > 12 && written > 12, "{reads} reads, {written} writes");

@@ -94,8 +94,6 @@ pub async fn explain_vector_branch(
         .await
 }
 
-/// One statement with both arms, each gated by the registration it reads (a one-time filter: only one arm runs),
-/// so a tenant moving in or out is read one way or the other, whole.
 fn vector_statement<'a>(
     prefix: &str,
     scope: &'a ReadFilter,
@@ -104,42 +102,64 @@ fn vector_statement<'a>(
     rows: usize,
     extras: BranchExtras,
 ) -> QueryBuilder<'a, Postgres> {
-    let org = scope.organization_id();
     let mut qb = QueryBuilder::new(prefix);
+    let columns = |qb: &mut QueryBuilder<'a, Postgres>| {
+        select_head(qb, extras);
+        qb.push("NULL::float8 AS keyword_score, ");
+    };
+    let predicate = |qb: &mut QueryBuilder<'a, Postgres>| {
+        scope.push_sql(qb);
+        filters.push_sql(qb);
+    };
+    push_nearest(&mut qb, scope.organization_id(), query, rows as i64, columns, predicate);
+    qb
+}
+
+/// Pushes a statement returning the `rows` memories of the organisation nearest `query` by cosine distance among
+/// those `predicate` (conditions over alias `m`) admits, each with `columns` (pushed as `SELECT ..., `) and
+/// `cosine_sim`; through the organisation's own partition and its HNSW index when it has one ready (`store::ann`),
+/// else exactly over its rows of `memory`. The two arms are each gated by the registration they read (a one-time
+/// filter: one arm runs), so a tenant moving in or out is read one way or the other, whole. Unordered: the HNSW arm
+/// returns rows in relaxed order.
+pub(crate) fn push_nearest<'a>(
+    qb: &mut QueryBuilder<'a, Postgres>,
+    organization_id: Uuid,
+    query: &Vector,
+    rows: i64,
+    columns: impl Fn(&mut QueryBuilder<'a, Postgres>),
+    predicate: impl Fn(&mut QueryBuilder<'a, Postgres>),
+) {
+    let ready = |qb: &mut QueryBuilder<'a, Postgres>| {
+        qb.push("(SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = ")
+            .push_bind(organization_id)
+            .push(")");
+    };
     qb.push("(");
-    select_head(&mut qb, extras);
+    columns(qb);
     qb.push("1 - (v.embedding <=> ")
         .push_bind(query.clone())
         .push(
-            ") AS cosine_sim, NULL::float8 AS keyword_score \
+            ") AS cosine_sim \
              FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id AND m.id = v.memory_id \
              WHERE v.organization_id = ",
         )
-        .push_bind(org)
-        .push(" AND (SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = ")
-        .push_bind(org)
-        .push(") AND ");
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
-    qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows as i64);
+        .push_bind(organization_id)
+        .push(" AND ");
+    ready(qb);
+    qb.push(" AND ");
+    predicate(qb);
+    qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows);
     qb.push(") UNION ALL (");
-    select_head(&mut qb, extras);
-    qb.push("1 - (m.embedding <=> ")
-        .push_bind(query.clone())
-        .push(
-            ") AS cosine_sim, NULL::float8 AS keyword_score FROM memory m \
-             WHERE (SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = ",
-        )
-        .push_bind(org)
-        .push(") IS NOT TRUE AND ");
-    scope.push_sql(&mut qb);
-    filters.push_sql(&mut qb);
+    columns(qb);
+    qb.push("1 - (m.embedding <=> ").push_bind(query.clone()).push(") AS cosine_sim FROM memory m WHERE ");
+    ready(qb);
+    qb.push(" IS NOT TRUE AND ");
+    predicate(qb);
     qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
         .push_bind(query.clone())
         .push(" LIMIT ")
-        .push_bind(rows as i64)
+        .push_bind(rows)
         .push(")");
-    qb
 }
 
 /// Memories matching the filters, newest first, unscored (the `metadata` strategy).

@@ -140,23 +140,22 @@ pub async fn near_duplicates(
     limit: i64,
 ) -> sqlx::Result<Vec<(Uuid, f64)>> {
     let vector = Vector::from(embedding.to_vec());
-    let mut qb = QueryBuilder::new("SELECT id, cosine FROM (SELECT m.id, 1 - (m.embedding <=> ");
-    qb.push_bind(vector.clone())
-        .push(") AS cosine FROM memory m WHERE m.organization_id = ")
-        .push_bind(organization_id)
-        .push(
-            " AND m.status IN ('candidate', 'active') AND (m.expires_at IS NULL OR m.expires_at > now()) \
-             AND m.embedding IS NOT NULL AND m.id <> ",
-        )
-        .push_bind(memory_id);
-    push_readership(&mut qb, readership);
-    qb.push(" ORDER BY m.embedding <=> ")
-        .push_bind(vector)
-        .push(", m.id LIMIT ")
-        .push_bind(limit)
-        .push(") near WHERE cosine >= ")
-        .push_bind(min_cosine);
-    qb.build_query_as().fetch_all(conn).await
+    let mut qb = QueryBuilder::new("SELECT id, cosine_sim FROM (");
+    let predicate = |qb: &mut QueryBuilder<'_, sqlx::Postgres>| {
+        qb.push("m.organization_id = ")
+            .push_bind(organization_id)
+            .push(" AND m.status IN ('candidate', 'active') AND (m.expires_at IS NULL OR m.expires_at > now()) AND m.id <> ")
+            .push_bind(memory_id);
+        push_readership(qb, readership);
+    };
+    let columns = |qb: &mut QueryBuilder<'_, sqlx::Postgres>| {
+        qb.push("SELECT m.id, ");
+    };
+    super::branches::push_nearest(&mut qb, organization_id, &vector, limit, columns, predicate);
+    qb.push(") near WHERE cosine_sim >= ").push_bind(min_cosine).push(" ORDER BY cosine_sim DESC, id");
+    // Planned for this organisation each time (an unnamed statement): a cached generic plan would hold every
+    // tenant's partition of `memory_vector`.
+    qb.build_query_as().persistent(false).fetch_all(conn).await
 }
 
 /// Deletes the organisation's batch records written before `before` (a redelivery can come no later than the

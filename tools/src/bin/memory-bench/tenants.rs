@@ -1,5 +1,5 @@
 //! The tenant-count shape (`--indexed-tenants 100,2000`): one corpus of many organisations (`--organizations`), its
-//! largest tenants moved into partitions of their own (`store::ann::move_in`, as `memory-admin ann-indexes` does)
+//! largest tenants moved into partitions of their own (`store::ann::Mover`, as `memory-admin ann-indexes` does)
 //! in steps, and at each step the retrieval path end to end and the planner's time for the vector branch.
 
 use std::{sync::Arc, time::Instant};
@@ -96,15 +96,16 @@ pub async fn run(args: &Args) -> anyhow::Result<TenantReport> {
 
 /// Gives exactly `wanted` partitions of their own: the others move out, the missing move in, one at a time.
 async fn move_to(admin: &PgPool, wanted: &[Uuid]) -> anyhow::Result<()> {
+    let mut mover = store::ann::Mover::lock(admin).await?;
     let have = store::ann::indexed_tenants(admin).await?;
     for org in have.iter().filter(|o| !wanted.contains(o)) {
-        store::ann::move_out(admin, *org).await?;
+        mover.move_out(*org).await?;
     }
     let missing: Vec<&Uuid> = wanted.iter().filter(|o| !have.contains(o)).collect();
     let bar = ProgressBar::new(missing.len() as u64)
         .with_style(ProgressStyle::with_template("moving tenants in {bar:40} {pos}/{len} eta {eta}").unwrap());
     for org in missing {
-        store::ann::move_in(admin, *org).await?;
+        mover.move_in(*org).await?;
         bar.inc(1);
     }
     bar.finish_and_clear();
