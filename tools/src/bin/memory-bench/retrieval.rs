@@ -36,7 +36,8 @@ const BULK_INDEXES: [&str; 3] = ["memory_posting_impact", "memory_posting_tail",
 /// tails' rows), memory's other B-tree indexes (the exact scans of tenants without an ANN index of their own) and the
 /// small tables of the retrieval context.
 const READ_SET: &str = "\
-    WITH base AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND (c.relname IN \
+    WITH base AS (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace \
+        AND c.relkind IN ('r', 'i') AND (c.relname IN \
         ('memory', 'memory_posting_list', 'memory_posting_gone', 'memory_term_stats', 'memory_corpus_stats', \
          'memory_posting_tail', 'memory_taxonomy_tag') OR c.relname LIKE 'memory\\_vector\\_%')), \
     toast AS (SELECT c.reltoastrelid AS oid FROM pg_class c JOIN base USING (oid) WHERE c.reltoastrelid <> 0) \
