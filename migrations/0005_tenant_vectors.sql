@@ -102,3 +102,25 @@ CREATE TRIGGER memory_vector_update AFTER UPDATE ON memory REFERENCING OLD TABLE
     FOR EACH STATEMENT EXECUTE FUNCTION memory_vector_change();
 CREATE TRIGGER memory_vector_delete AFTER DELETE ON memory REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION memory_vector_remove();
+
+-- The retrieval context also says whether the organisation's partition is ready: an organisation without one (most)
+-- is searched exactly with one statement arm, planned alone.
+DROP FUNCTION memory_retrieval_context(uuid, uuid);
+CREATE FUNCTION memory_retrieval_context(org uuid, agent uuid)
+    RETURNS TABLE(read_scopes text[], taxonomy json, has_entity_profiles boolean, generation bigint, memories bigint,
+                  vector_partition boolean)
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM set_config('app.organization_id', org::text, true);
+    RETURN QUERY SELECT
+        (SELECT p.memory_read_scopes FROM agent_profile p WHERE p.organization_id = org AND p.agent_id = agent),
+        coalesce((SELECT json_agg(json_build_object('id', n.id, 'parent_id', n.parent_id, 'name', n.name)
+                                  ORDER BY n.name, n.id)
+                  FROM memory_taxonomy_node n WHERE n.organization_id = org), '[]'::json),
+        EXISTS (SELECT 1 FROM memory_entity e WHERE e.organization_id = org AND e.synthesis_memory_id IS NOT NULL),
+        (SELECT coalesce(sum(g.changes), 0)::bigint FROM memory_generation g WHERE g.organization_id = org),
+        (SELECT coalesce(sum(c.doc_count), 0)::bigint FROM memory_corpus_stats c WHERE c.organization_id = org),
+        coalesce((SELECT t.ready FROM memory_vector_tenant t WHERE t.organization_id = org), false);
+END
+$$;

@@ -14,7 +14,7 @@ use memory_core::{
     },
     store::{
         self, ReadFilter, SearchFilters,
-        branches::{BranchExtras, BranchRow},
+        branches::{BranchExtras, BranchRow, VectorScan},
         keyword::KeywordSearch,
     },
 };
@@ -450,12 +450,18 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
             &SearchFilters::default(),
             &pgvector::Vector::from(axis(0)),
             5,
+            VectorScan::Either,
         )
         .await
         .unwrap();
         tx.rollback().await.unwrap();
         read_relations(&plan)
     };
+    // The retrieval context tells the pipeline which tenant has its partition ready (the other is scanned exactly,
+    // one statement arm).
+    let partition = async |org| store::agents::retrieval_context(&db.app, org, None).await.unwrap().vector_partition;
+    assert!(partition(large).await && !partition(small).await);
+
     // Ingest's near-duplicate probe reads the same way.
     let first: memory_core::domain::Memory =
         sqlx::query_as("SELECT * FROM memory WHERE organization_id = $1 AND content = 'large tenant note 0'")
@@ -567,6 +573,7 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
                     &query,
                     3,
                     BranchExtras::NONE,
+                    VectorScan::Either,
                 )
                 .await
                 .unwrap();

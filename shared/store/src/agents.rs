@@ -23,6 +23,8 @@ pub struct RetrievalContext {
     pub generation: i64,
     /// The organisation's rows of `memory`, every status (its BM25 statistics' document count).
     pub memories: i64,
+    /// Whether the organisation's own partition of `memory_vector` is ready (`ann`).
+    pub vector_partition: bool,
 }
 
 /// The [`RetrievalContext`] of an organisation and agent, in one prepared round trip (it precedes every
@@ -33,9 +35,9 @@ pub async fn retrieval_context(
     organization_id: Uuid,
     agent_id: Option<Uuid>,
 ) -> sqlx::Result<RetrievalContext> {
-    type Row = (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64, i64);
-    let (scopes, nodes, has_entity_profiles, generation, memories): Row = sqlx::query_as(
-        "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories \
+    type Row = (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64, i64, bool);
+    let (scopes, nodes, has_entity_profiles, generation, memories, vector_partition): Row = sqlx::query_as(
+        "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories, vector_partition \
          FROM memory_retrieval_context($1, $2)",
     )
     .bind(organization_id)
@@ -43,7 +45,7 @@ pub async fn retrieval_context(
     .fetch_one(pool)
     .await?;
     let read_scopes = parse_scopes(scopes)?;
-    Ok(RetrievalContext { read_scopes, taxonomy: nodes.0, has_entity_profiles, generation, memories })
+    Ok(RetrievalContext { read_scopes, taxonomy: nodes.0, has_entity_profiles, generation, memories, vector_partition })
 }
 
 /// Creates or replaces an agent's profile. Read scopes are a hierarchy rooted at `org`: every agent reads its

@@ -60,8 +60,17 @@ pub(super) fn select_head(qb: &mut QueryBuilder<'_, Postgres>, extras: BranchExt
     extras.push_sql(qb);
 }
 
-/// Nearest neighbours of `query` by cosine distance, nearest first: through the organisation's own partition and its
-/// HNSW index when it has one ready (`store::ann`), else exactly over its rows of `memory`.
+/// How a search by cosine distance reads an organisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorScan {
+    /// Through its own partition's HNSW index when one is ready (`store::ann`), else exactly: the statement decides.
+    Either,
+    /// Exactly over its rows of `memory`: it had no partition ready when the request began, and an exact answer is
+    /// right whatever happened since. One arm, planned alone.
+    Exact,
+}
+
+/// Nearest neighbours of `query` by cosine distance, nearest first.
 pub async fn vector_branch(
     conn: &mut PgConnection,
     scope: &ReadFilter,
@@ -69,9 +78,10 @@ pub async fn vector_branch(
     query: &Vector,
     rows: usize,
     extras: BranchExtras,
+    scan: VectorScan,
 ) -> sqlx::Result<Vec<BranchRow>> {
     let mut found: Vec<BranchRow> =
-        vector_statement("", scope, filters, query, rows, extras).build_query_as().fetch_all(conn).await?;
+        vector_statement("", scope, filters, query, rows, extras, scan).build_query_as().fetch_all(conn).await?;
     // Iterative scans return rows in relaxed order: restore exact order, ties by id.
     found.sort_by(|a, b| {
         b.cosine_sim.partial_cmp(&a.cosine_sim).unwrap_or(std::cmp::Ordering::Equal).then(a.memory.id.cmp(&b.memory.id))
@@ -87,8 +97,9 @@ pub async fn explain_vector_branch(
     filters: &SearchFilters,
     query: &Vector,
     rows: usize,
+    scan: VectorScan,
 ) -> sqlx::Result<serde_json::Value> {
-    vector_statement("EXPLAIN (ANALYZE, FORMAT JSON) ", scope, filters, query, rows, BranchExtras::NONE)
+    vector_statement("EXPLAIN (ANALYZE, FORMAT JSON) ", scope, filters, query, rows, BranchExtras::NONE, scan)
         .build_query_scalar()
         .fetch_one(conn)
         .await
@@ -101,6 +112,7 @@ fn vector_statement<'a>(
     query: &Vector,
     rows: usize,
     extras: BranchExtras,
+    scan: VectorScan,
 ) -> QueryBuilder<'a, Postgres> {
     let mut qb = QueryBuilder::new(prefix);
     let columns = |qb: &mut QueryBuilder<'a, Postgres>| {
@@ -111,21 +123,21 @@ fn vector_statement<'a>(
         scope.push_sql(qb);
         filters.push_sql(qb);
     };
-    push_nearest(&mut qb, scope.organization_id(), query, rows as i64, columns, predicate);
+    push_nearest(&mut qb, scope.organization_id(), query, rows as i64, scan, columns, predicate);
     qb
 }
 
 /// Pushes a statement returning the `rows` memories of the organisation nearest `query` by cosine distance among
 /// those `predicate` (conditions over alias `m`) admits, each with `columns` (pushed as `SELECT ..., `) and
-/// `cosine_sim`; through the organisation's own partition and its HNSW index when it has one ready (`store::ann`),
-/// else exactly over its rows of `memory`. The two arms are each gated by the registration they read (a one-time
-/// filter: one arm runs), so a tenant moving in or out is read one way or the other, whole. Unordered: the HNSW arm
-/// returns rows in relaxed order.
+/// `cosine_sim`, read as `scan` says. [`VectorScan::Either`] has two arms, each gated by the registration it reads
+/// (a one-time filter: one arm runs), so a tenant moving in or out is read one way or the other, whole. Unordered:
+/// the HNSW arm returns rows in relaxed order.
 pub(crate) fn push_nearest<'a>(
     qb: &mut QueryBuilder<'a, Postgres>,
     organization_id: Uuid,
     query: &Vector,
     rows: i64,
+    scan: VectorScan,
     columns: impl Fn(&mut QueryBuilder<'a, Postgres>),
     predicate: impl Fn(&mut QueryBuilder<'a, Postgres>),
 ) {
@@ -134,6 +146,22 @@ pub(crate) fn push_nearest<'a>(
             .push_bind(organization_id)
             .push(")");
     };
+    let exact = |qb: &mut QueryBuilder<'a, Postgres>, gated: bool| {
+        columns(qb);
+        qb.push("1 - (m.embedding <=> ").push_bind(query.clone()).push(") AS cosine_sim FROM memory m WHERE ");
+        if gated {
+            ready(qb);
+            qb.push(" IS NOT TRUE AND ");
+        }
+        predicate(qb);
+        qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
+            .push_bind(query.clone())
+            .push(" LIMIT ")
+            .push_bind(rows);
+    };
+    if scan == VectorScan::Exact {
+        return exact(qb, false);
+    }
     qb.push("(");
     columns(qb);
     qb.push("1 - (v.embedding <=> ")
@@ -150,16 +178,8 @@ pub(crate) fn push_nearest<'a>(
     predicate(qb);
     qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows);
     qb.push(") UNION ALL (");
-    columns(qb);
-    qb.push("1 - (m.embedding <=> ").push_bind(query.clone()).push(") AS cosine_sim FROM memory m WHERE ");
-    ready(qb);
-    qb.push(" IS NOT TRUE AND ");
-    predicate(qb);
-    qb.push(" AND m.embedding IS NOT NULL ORDER BY m.embedding <=> ")
-        .push_bind(query.clone())
-        .push(" LIMIT ")
-        .push_bind(rows)
-        .push(")");
+    exact(qb, true);
+    qb.push(")");
 }
 
 /// Memories matching the filters, newest first, unscored (the `metadata` strategy).

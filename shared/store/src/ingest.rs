@@ -8,6 +8,7 @@ use pgvector::Vector;
 use sqlx::{PgConnection, QueryBuilder};
 use uuid::Uuid;
 
+use super::branches::VectorScan;
 use crate::domain::Readership;
 
 /// A batch ingested before: the ids its memories got, in message order, and the digest of what it held (None for
@@ -151,7 +152,7 @@ pub async fn near_duplicates(
     let columns = |qb: &mut QueryBuilder<'_, sqlx::Postgres>| {
         qb.push("SELECT m.id, ");
     };
-    super::branches::push_nearest(&mut qb, organization_id, &vector, limit, columns, predicate);
+    super::branches::push_nearest(&mut qb, organization_id, &vector, limit, VectorScan::Either, columns, predicate);
     qb.push(") near WHERE cosine_sim >= ").push_bind(min_cosine).push(" ORDER BY cosine_sim DESC, id");
     // Planned for this organisation each time (an unnamed statement): a cached generic plan would hold every
     // tenant's partition of `memory_vector`.

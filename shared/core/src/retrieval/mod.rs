@@ -188,6 +188,7 @@ impl Retriever {
             run_vector: true,
             run_keyword: true,
             keyword_row_wise: false,
+            vector_scan: store::branches::VectorScan::Either,
             extras: BranchExtras::NONE,
         }
     }

@@ -18,7 +18,10 @@ use super::{
 use crate::{
     db::PgPool,
     replica::ReadFrom,
-    store::{self, ReadFilter, SearchFilters, branches::BranchExtras},
+    store::{
+        self, ReadFilter, SearchFilters,
+        branches::{BranchExtras, VectorScan},
+    },
 };
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
@@ -102,6 +105,7 @@ struct Context {
     has_entity_profiles: bool,
     generation: i64,
     memories: i64,
+    vector_partition: bool,
 }
 
 /// What a request asks of Stage 1: the branches' whole input but the query's embedding, which the text and whether
@@ -221,7 +225,7 @@ impl Retriever {
             }
         };
         let ((query_vector, embedded_as_asked), context) = tokio::join!(embedding, self.load_context(pool, &request));
-        let Context { scope, taxonomy, has_entity_profiles, generation, memories } = context?;
+        let Context { scope, taxonomy, has_entity_profiles, generation, memories, vector_partition } = context?;
         lap(&mut timings.context_ms);
 
         // Stage 2 for passive mode runs first: it uses rules over the taxonomy alone, and an empty classification
@@ -235,7 +239,9 @@ impl Retriever {
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
         let keyword_row_wise = memories < self.config.keyword_row_wise_below;
-        let settings = BranchSettings { extras, keyword_row_wise, ..self.branch_settings(request.max_results) };
+        let vector_scan = if vector_partition { VectorScan::Either } else { VectorScan::Exact };
+        let settings =
+            BranchSettings { extras, keyword_row_wise, vector_scan, ..self.branch_settings(request.max_results) };
         let filters = SearchFilters::default();
         let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
         // A set found with a vector another request of the same text would not use (a turn's embedding failed) is
@@ -469,6 +475,7 @@ impl Retriever {
             has_entity_profiles: context.has_entity_profiles,
             generation: context.generation,
             memories: context.memories,
+            vector_partition: context.vector_partition,
         })
     }
 

@@ -11,7 +11,7 @@ use super::fusion;
 use super::keyword::Bm25;
 use crate::store::{
     self, ReadFilter, SearchFilters,
-    branches::{BranchExtras, BranchRow},
+    branches::{BranchExtras, BranchRow, VectorScan},
     keyword::KeywordSearch,
 };
 
@@ -31,6 +31,8 @@ pub struct BranchSettings<'a> {
     pub run_keyword: bool,
     /// Score the keyword branch row by row in one statement (a small organisation) instead of from the packed lists.
     pub keyword_row_wise: bool,
+    /// How the vector branch reads the organisation (exactly when it had no ANN partition ready).
+    pub vector_scan: VectorScan,
     pub extras: BranchExtras,
 }
 
@@ -111,7 +113,9 @@ pub async fn vector_branch(
 ) -> sqlx::Result<Vec<BranchRow>> {
     let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms).await?;
-    let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras).await?;
+    let found =
+        store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, settings.vector_scan)
+            .await?;
     tx.commit().await?;
     Ok(found)
 }

@@ -8,7 +8,7 @@ use memory_core::{
     retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, StageTimings, keyword},
     store::{
         self, ReadFilter, SearchFilters,
-        branches::{BranchExtras, BranchRow},
+        branches::{BranchExtras, BranchRow, VectorScan},
     },
 };
 use memory_tools::{
@@ -141,7 +141,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let mut planning = Vec::new();
     for probe in raw_probes.iter().skip(warmup) {
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
-        planning.push(vector_planning_ms(&db.app, &scope, &query, depth).await?);
+        planning.push(vector_planning_ms(&db.app, &scope, &query, depth, indexed.contains(&probe.organization)).await?);
     }
     // What explain costs: each probe asked without and with it, alternating which goes first.
     let (mut unexplained, mut explained) = (vec![], vec![]);
@@ -280,10 +280,19 @@ async fn raw_baseline(
     Ok(ids)
 }
 
-/// The planner's time for the vector branch's statement, from `EXPLAIN (ANALYZE, FORMAT JSON)`.
-pub async fn vector_planning_ms(pool: &PgPool, scope: &ReadFilter, query: &Vector, k: usize) -> anyhow::Result<f64> {
+/// The planner's time for the vector branch's statement as the pipeline asks it (both arms for a tenant with its own
+/// partition, the exact one alone for any other), from `EXPLAIN (ANALYZE, FORMAT JSON)`.
+pub async fn vector_planning_ms(
+    pool: &PgPool,
+    scope: &ReadFilter,
+    query: &Vector,
+    k: usize,
+    indexed: bool,
+) -> anyhow::Result<f64> {
+    let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
     let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
-    let plan = store::branches::explain_vector_branch(&mut tx, scope, &SearchFilters::default(), query, k).await?;
+    let plan =
+        store::branches::explain_vector_branch(&mut tx, scope, &SearchFilters::default(), query, k, scan).await?;
     tx.commit().await?;
     plan[0]["Planning Time"].as_f64().context("EXPLAIN gave no Planning Time")
 }
@@ -300,12 +309,19 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .await?;
         let query = Vector::from(probe.vector.clone());
         let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
-        let approximate: Vec<Uuid> =
-            store::branches::vector_branch(&mut tx, &scope, &SearchFilters::default(), &query, 10, BranchExtras::NONE)
-                .await?
-                .into_iter()
-                .map(|r| r.memory.id)
-                .collect();
+        let approximate: Vec<Uuid> = store::branches::vector_branch(
+            &mut tx,
+            &scope,
+            &SearchFilters::default(),
+            &query,
+            10,
+            BranchExtras::NONE,
+            VectorScan::Either,
+        )
+        .await?
+        .into_iter()
+        .map(|r| r.memory.id)
+        .collect();
         tx.execute("SET LOCAL enable_indexscan = off").await?;
         let mut qb = QueryBuilder::new("SELECT m.id FROM memory m WHERE ");
         scope.push_sql(&mut qb);

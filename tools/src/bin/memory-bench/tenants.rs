@@ -57,13 +57,14 @@ pub async fn run(args: &Args) -> anyhow::Result<TenantReport> {
             let scope = retriever
                 .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), true)
                 .await?;
-            let planned =
-                retrieval::vector_planning_ms(&db.app, &scope, &Vector::from(probe.vector.clone()), depth).await?;
+            let query = Vector::from(probe.vector.clone());
+            let indexed = wanted.contains(&probe.organization);
+            let planned = retrieval::vector_planning_ms(&db.app, &scope, &query, depth, indexed).await?;
             if i >= warmup {
                 e2e.push(took);
                 stages.push(timings);
                 planning.push(planned);
-                if wanted.contains(&probe.organization) {
+                if indexed {
                     planning_indexed.push(planned);
                 }
             }
