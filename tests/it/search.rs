@@ -439,7 +439,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     // other partition), the small tenant's scans its rows exactly and touches no partition.
     let plan = async |org: Uuid| -> Vec<String> {
         let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
-        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000).await.unwrap();
+        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000, VectorScan::Either).await.unwrap();
         // With the scans that compete with an index scan at a dozen rows ruled out.
         for off in ["enable_seqscan", "enable_bitmapscan", "enable_sort"] {
             sqlx::query(&format!("SET LOCAL {off} = off")).execute(&mut *tx).await.unwrap();
@@ -565,7 +565,7 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
             );
             let mut reads = 0usize;
             while !stop.load(relaxed) {
-                let mut tx = store::begin_vector_search(&app, org, 10, 5_000).await.unwrap();
+                let mut tx = store::begin_vector_search(&app, org, 10, 5_000, VectorScan::Either).await.unwrap();
                 let found = store::branches::vector_branch(
                     &mut tx,
                     &scope,

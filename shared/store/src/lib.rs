@@ -82,20 +82,26 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
     begin_with_settings(pool, organization_id, &[("idle_in_transaction_session_timeout", literal("60s"))]).await
 }
 
-/// Like [`begin_for_org`], for the vector branch: iterative HNSW scans so a selective filter still yields
-/// `ef_search` rows; custom plans only, so the planner prunes `memory_vector` to the organisation's own partition
-/// (see [`ann`]; a cached generic plan would hold every partition); and a statement timeout so one slow branch
-/// cannot hold a request.
+/// Like [`begin_for_org`], for a vector search read as `scan` says: iterative HNSW scans so a selective filter still
+/// yields `ef_search` rows; custom plans for a statement that may read `memory_vector`, so the planner prunes it to
+/// the organisation's own partition (see [`ann`]; a cached generic plan would hold every partition), and the cached
+/// generic plan for the exact scan, whose plan is the same for every organisation (planning it costs more than a
+/// small tenant's scan); and a statement timeout so one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
     ef_search: usize,
     statement_timeout_ms: u64,
+    scan: branches::VectorScan,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
+    let plans = match scan {
+        branches::VectorScan::Either => "force_custom_plan",
+        branches::VectorScan::Exact => "force_generic_plan",
+    };
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
-        ("plan_cache_mode", literal("force_custom_plan")),
+        ("plan_cache_mode", literal(plans)),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];
     begin_with_settings(pool, organization_id, &settings).await

@@ -258,7 +258,8 @@ async fn raw_baseline(
     k: usize,
     indexed: bool,
 ) -> anyhow::Result<Vec<Uuid>> {
-    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
+    let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
+    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan).await?;
     let mut qb = if indexed {
         let mut qb = QueryBuilder::new(
             "SELECT m.id FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id \
@@ -290,7 +291,7 @@ pub async fn vector_planning_ms(
     indexed: bool,
 ) -> anyhow::Result<f64> {
     let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
-    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000).await?;
+    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan).await?;
     let plan =
         store::branches::explain_vector_branch(&mut tx, scope, &SearchFilters::default(), query, k, scan).await?;
     tx.commit().await?;
@@ -308,7 +309,7 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), false)
             .await?;
         let query = Vector::from(probe.vector.clone());
-        let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000).await?;
+        let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000, VectorScan::Either).await?;
         let approximate: Vec<Uuid> = store::branches::vector_branch(
             &mut tx,
             &scope,
