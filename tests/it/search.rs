@@ -497,6 +497,26 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     assert!(partitions(&large_plan).iter().all(|r| own.contains(r)), "{large_plan:?}");
     let small_plan = plan(small).await;
     assert_eq!(partitions(&small_plan), Vec::<String>::new(), "{small_plan:?}");
+    // The pipeline's scan of a tenant without a partition: one arm, through an index on the organisation even where
+    // the statistics make a sequential scan cheaper (one page).
+    sqlx::query("ANALYZE memory").execute(&db.admin).await.unwrap();
+    let scope = ReadFilter::for_retrieval(small, vec![Scope::Org], None, None, None, false);
+    let mut tx = store::begin_vector_search(&db.app, small, 10, 5_000, VectorScan::Exact).await.unwrap();
+    let query = pgvector::Vector::from(axis(0));
+    let exact = store::branches::explain_vector_branch(
+        &mut tx,
+        &scope,
+        &SearchFilters::default(),
+        &query,
+        5,
+        VectorScan::Exact,
+    )
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    let read = read_relations(&exact);
+    assert!(read.iter().all(|r| !r.starts_with("memory_vector")), "{read:?}");
+    assert!(!exact.to_string().contains("Seq Scan"), "{exact}");
 
     assert_eq!(store::ann::reconcile(&db.admin, 10).await.unwrap().kept, 1);
     sqlx::query("DELETE FROM memory WHERE organization_id = $1 AND content <> 'large tenant note 0'")

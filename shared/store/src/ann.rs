@@ -5,8 +5,8 @@
 //! vector branch's planner prunes to that one partition, so planning does not grow with the number of indexed
 //! tenants. Tenants without one are searched exactly over their rows of `memory`, which is faster for them and
 //! exact. A tenant moves in or out online, one organisation at a time ([`Mover`]): its reads go on throughout, its
-//! writes wait at most for one batch of the fill, and its vector branch switches in one statement
-//! (`branches::vector_branch` reads `memory_vector_tenant.ready`). Partition and index DDL needs the schema owner
+//! writes wait at most for one batch of the fill, and its reads switch whole (the retrieval context and the
+//! two-arm statement of `branches::push_nearest` read `memory_vector_tenant.ready`). Partition and index DDL needs the schema owner
 //! (and CONCURRENTLY, no transaction), so this is an operator's job: `memory-admin ann-indexes`.
 
 use sqlx::{Executor, PgPool};

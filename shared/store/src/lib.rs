@@ -94,14 +94,17 @@ pub async fn begin_vector_search(
     statement_timeout_ms: u64,
     scan: branches::VectorScan,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    let plans = match scan {
-        branches::VectorScan::Either => "force_custom_plan",
-        branches::VectorScan::Exact => "force_generic_plan",
+    // The generic plan reads through an index leading with the organisation whatever the tenants' sizes make a
+    // sequential scan cost on average.
+    let (plans, seqscan) = match scan {
+        branches::VectorScan::Either => ("force_custom_plan", "on"),
+        branches::VectorScan::Exact => ("force_generic_plan", "off"),
     };
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
         ("plan_cache_mode", literal(plans)),
+        ("enable_seqscan", literal(seqscan)),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];
     begin_with_settings(pool, organization_id, &settings).await
