@@ -29,6 +29,11 @@ pub fn partition_name(organization_id: Uuid) -> String {
     format!("memory_vector_{}", organization_id.simple())
 }
 
+/// The tenant whose partition `name` is ([`partition_name`] read back).
+fn tenant_of(name: &str) -> Option<Uuid> {
+    Uuid::try_parse(name.strip_prefix("memory_vector_")?).ok()
+}
+
 /// The HNSW index of a tenant's partition.
 pub fn index_name(organization_id: Uuid) -> String {
     format!("{}_hnsw", partition_name(organization_id))
@@ -42,7 +47,7 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
     )
     .fetch_all(pool)
     .await?;
-    Ok(names.iter().filter_map(|n| Uuid::try_parse(n.trim_start_matches("memory_vector_")).ok()).collect())
+    Ok(names.iter().filter_map(|n| tenant_of(n)).collect())
 }
 
 /// Moves tenants with at least `min_memories` memories into a partition of their own and back out those that fell
@@ -121,7 +126,7 @@ impl Mover {
         )
         .fetch_all(pool)
         .await?;
-        for org in left.iter().filter_map(|n| Uuid::try_parse(n.trim_start_matches("memory_vector_")).ok()) {
+        for org in left.iter().filter_map(|n| tenant_of(n)) {
             mover.unregister(org).await?;
             mover.drop_partition(org).await?;
         }
