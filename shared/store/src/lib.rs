@@ -86,7 +86,9 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
 /// yields `ef_search` rows; custom plans for a statement that may read `memory_vector`, so the planner prunes it to
 /// the organisation's own partition (see [`ann`]; a cached generic plan would hold every partition), and the cached
 /// generic plan for the exact scan, whose plan is the same for every organisation (planning it costs more than a
-/// small tenant's scan); and a statement timeout so one slow branch cannot hold a request.
+/// small tenant's scan); no parallel workers (the gated exact arm of a tenant with a partition would be planned
+/// parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms a query); and a statement
+/// timeout so one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
@@ -105,6 +107,7 @@ pub async fn begin_vector_search(
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
         ("plan_cache_mode", literal(plans)),
         ("enable_seqscan", literal(seqscan)),
+        ("max_parallel_workers_per_gather", literal(0)),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];
     begin_with_settings(pool, organization_id, &settings).await
