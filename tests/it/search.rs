@@ -547,6 +547,69 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
 }
 
 /// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.
+/// A tenant with its own partition is searched through its HNSW index as planned from real statistics, whatever its
+/// size: where the tenant is a small part of `memory`, the planner took the join of its partition to `memory` for
+/// a handful of rows (it estimates the join from the whole table's ids) and scanned the tenant exactly.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitions_index(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let (tenant, others) = (Uuid::now_v7(), Uuid::now_v7());
+    let template = memory(tenant, "tenant note").embedding(vector_with_similarity(0.9, 20)).insert(&db).await;
+    // The tenant's 400 memories beside 20,000 of another organisation, copies of one row.
+    let columns: String = sqlx::query_scalar(
+        "SELECT string_agg(quote_ident(column_name), ', ') FROM information_schema.columns \
+         WHERE table_name = 'memory' AND is_generated = 'NEVER' AND column_name NOT IN ('id', 'organization_id')",
+    )
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
+    let copy = format!(
+        "INSERT INTO memory (id, organization_id, {columns}) SELECT gen_random_uuid(), $2, {columns} \
+         FROM memory CROSS JOIN generate_series(1, $3) WHERE id = $1"
+    );
+    for (org, count) in [(tenant, 399), (others, 20_000)] {
+        sqlx::query(&copy).bind(template.id).bind(org).bind(count).execute(&db.admin).await.unwrap();
+    }
+    assert_eq!(store::ann::reconcile(&db.admin, 1_000).await.unwrap().created, vec![others]);
+    assert_eq!(store::ann::reconcile(&db.admin, 100).await.unwrap().created, vec![tenant]);
+    sqlx::query("ANALYZE").execute(&db.admin).await.unwrap();
+
+    let scope = ReadFilter::for_retrieval(tenant, vec![Scope::Org], None, None, None, false);
+    let mut tx = store::begin_vector_search(&db.app, tenant, 50, 5_000, VectorScan::Either).await.unwrap();
+    let query = pgvector::Vector::from(axis(0));
+    let plan = store::branches::explain_vector_branch(
+        &mut tx,
+        &scope,
+        &SearchFilters::default(),
+        &query,
+        50,
+        VectorScan::Either,
+    )
+    .await
+    .unwrap();
+    tx.rollback().await.unwrap();
+    // Every read of the partition goes through its HNSW index.
+    let mut nodes = vec![&plan];
+    let mut partition_reads = Vec::new();
+    while let Some(node) = nodes.pop() {
+        match node {
+            serde_json::Value::Array(items) => nodes.extend(items),
+            serde_json::Value::Object(fields) => {
+                if fields.get("Relation Name").and_then(|r| r.as_str()) == Some(&store::ann::partition_name(tenant)) {
+                    partition_reads.push((fields["Node Type"].clone(), fields.get("Index Name").cloned()));
+                }
+                nodes.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
+    assert_eq!(partition_reads, vec![through_index], "{plan}");
+}
+
 fn read_relations(plan: &serde_json::Value) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![plan];

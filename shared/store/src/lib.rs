@@ -97,16 +97,19 @@ pub async fn begin_vector_search(
     scan: branches::VectorScan,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
     // The generic plan reads through an index leading with the organisation whatever the tenants' sizes make a
-    // sequential scan cost on average.
-    let (plans, seqscan) = match scan {
-        branches::VectorScan::Either => ("force_custom_plan", "on"),
-        branches::VectorScan::Exact => ("force_generic_plan", "off"),
+    // sequential scan cost on average. A partition is read through its HNSW index, the one path that needs no sort:
+    // the planner estimates the partition's join to `memory` from the whole table's ids, so for a tenant that is a
+    // small part of it, it expects a handful of rows and would scan the tenant exactly.
+    let (plans, seqscan, sort) = match scan {
+        branches::VectorScan::Either => ("force_custom_plan", "on", "off"),
+        branches::VectorScan::Exact => ("force_generic_plan", "off", "on"),
     };
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),
         ("plan_cache_mode", literal(plans)),
         ("enable_seqscan", literal(seqscan)),
+        ("enable_sort", literal(sort)),
         ("max_parallel_workers_per_gather", literal(0)),
         ("statement_timeout", literal(statement_timeout_ms)),
     ];
