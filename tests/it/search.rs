@@ -434,6 +434,14 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
         definition.contains("hnsw") && definition.contains(&format!("ON public.{}", store::ann::partition_name(large))),
         "{definition}"
     );
+    // Analysed by the move, not left to autovacuum.
+    let analysed: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_statistic WHERE starelid = to_regclass($1))")
+            .bind(store::ann::partition_name(large))
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+    assert!(analysed);
 
     // The vector branch's own statement: the large tenant's runs its partition's index (the planner pruned every
     // other partition), the small tenant's scans its rows exactly and touches no partition.

@@ -179,6 +179,9 @@ impl Mover {
         tx.commit().await?;
         if ready != Some(true) {
             self.fill(organization_id).await?;
+            // Its statistics now, rather than from autovacuum later: a bulk move would leave autovacuum analysing
+            // each new partition while the tenants are being served.
+            pool.execute(format!("ANALYZE {partition}").as_str()).await?;
         }
 
         // HNSW over cosine distance with pgvector's default build parameters; a build that failed before left an
