@@ -600,42 +600,41 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     .unwrap();
     tx.rollback().await.unwrap();
     // Every read of the partition goes through its HNSW index.
-    let mut nodes = vec![&plan];
-    let mut partition_reads = Vec::new();
-    while let Some(node) = nodes.pop() {
-        match node {
-            serde_json::Value::Array(items) => nodes.extend(items),
-            serde_json::Value::Object(fields) => {
-                if fields.get("Relation Name").and_then(|r| r.as_str()) == Some(&store::ann::partition_name(tenant)) {
-                    partition_reads.push((fields["Node Type"].clone(), fields.get("Index Name").cloned()));
-                }
-                nodes.extend(fields.values());
-            }
-            _ => {}
-        }
-    }
+    let partition = serde_json::json!(store::ann::partition_name(tenant));
+    let partition_reads: Vec<_> = plan_nodes(&plan)
+        .into_iter()
+        .filter(|node| node.get("Relation Name") == Some(&partition))
+        .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
+        .collect();
     let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
     assert_eq!(partition_reads, vec![through_index], "{plan}");
 }
 
+/// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.
 fn read_relations(plan: &serde_json::Value) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![plan];
-    while let Some(node) = stack.pop() {
-        match node {
+    plan_nodes(plan)
+        .into_iter()
+        .flat_map(|node| [node.get("Relation Name"), node.get("Index Name")])
+        .filter_map(|name| name?.as_str().map(String::from))
+        .collect()
+}
+
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan, subplans and init plans included.
+fn plan_nodes(plan: &serde_json::Value) -> Vec<&serde_json::Map<String, serde_json::Value>> {
+    let (mut nodes, mut stack) = (Vec::new(), vec![plan]);
+    while let Some(value) = stack.pop() {
+        match value {
             serde_json::Value::Array(items) => stack.extend(items),
             serde_json::Value::Object(fields) => {
-                for (key, value) in fields {
-                    match (key.as_str(), value) {
-                        ("Relation Name" | "Index Name", serde_json::Value::String(name)) => found.push(name.clone()),
-                        _ => stack.push(value),
-                    }
+                if fields.contains_key("Node Type") {
+                    nodes.push(fields);
                 }
+                stack.extend(fields.values());
             }
             _ => {}
         }
     }
-    found
+    nodes
 }
 
 /// A tenant moves into its partition and out again while its agents read and write: every read finds the nearest
