@@ -447,7 +447,9 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     // other partition), the small tenant's scans its rows exactly and touches no partition.
     let plan = async |org: Uuid, settings: &[&str]| -> serde_json::Value {
         let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
-        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000, VectorScan::Either).await.unwrap();
+        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000, VectorScan::Either, &SearchFilters::default())
+            .await
+            .unwrap();
         for set in settings {
             sqlx::query(&format!("SET LOCAL {set}")).execute(&mut *tx).await.unwrap();
         }
@@ -520,7 +522,9 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     // the statistics make a sequential scan cheaper (one page).
     sqlx::query("ANALYZE memory").execute(&db.admin).await.unwrap();
     let scope = ReadFilter::for_retrieval(small, vec![Scope::Org], None, None, None, false);
-    let mut tx = store::begin_vector_search(&db.app, small, 10, 5_000, VectorScan::Exact).await.unwrap();
+    let mut tx = store::begin_vector_search(&db.app, small, 10, 5_000, VectorScan::Exact, &SearchFilters::default())
+        .await
+        .unwrap();
     let query = pgvector::Vector::from(axis(0));
     let exact = store::branches::explain_vector_branch(
         &mut tx,
@@ -586,7 +590,9 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     sqlx::query("ANALYZE").execute(&db.admin).await.unwrap();
 
     let scope = ReadFilter::for_retrieval(tenant, vec![Scope::Org], None, None, None, false);
-    let mut tx = store::begin_vector_search(&db.app, tenant, 50, 5_000, VectorScan::Either).await.unwrap();
+    let mut tx = store::begin_vector_search(&db.app, tenant, 50, 5_000, VectorScan::Either, &SearchFilters::default())
+        .await
+        .unwrap();
     let query = pgvector::Vector::from(axis(0));
     let plan = store::branches::explain_vector_branch(
         &mut tx,
@@ -608,6 +614,14 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
         .collect();
     let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
     assert_eq!(partition_reads, vec![through_index], "{plan}");
+
+    // Under metadata filters the planner chooses: a selective filter makes the exact scan right.
+    let sort = async |filters: &SearchFilters| -> String {
+        let mut tx = store::begin_vector_search(&db.app, tenant, 50, 5_000, VectorScan::Either, filters).await.unwrap();
+        sqlx::query_scalar("SELECT current_setting('enable_sort')").fetch_one(&mut *tx).await.unwrap()
+    };
+    let procedural = SearchFilters { memory_types: vec![MemoryType::Procedural], ..SearchFilters::default() };
+    assert_eq!((sort(&SearchFilters::default()).await, sort(&procedural).await), ("off".into(), "on".into()));
 }
 
 /// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.
@@ -666,7 +680,10 @@ async fn a_tenant_moves_into_its_partition_and_out_online_while_it_reads_and_wri
             );
             let mut reads = 0usize;
             while !stop.load(relaxed) {
-                let mut tx = store::begin_vector_search(&app, org, 10, 5_000, VectorScan::Either).await.unwrap();
+                let mut tx =
+                    store::begin_vector_search(&app, org, 10, 5_000, VectorScan::Either, &SearchFilters::default())
+                        .await
+                        .unwrap();
                 let found = store::branches::vector_branch(
                     &mut tx,
                     &scope,

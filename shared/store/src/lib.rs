@@ -87,23 +87,28 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
 /// the organisation's own partition (see [`ann`]; a cached generic plan would hold every partition), and the cached
 /// generic plan for the exact scan, whose plan is the same for every organisation (planning it costs more than a
 /// small tenant's scan); no parallel workers (the gated exact arm of a tenant with a partition would be planned
-/// parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms a query); and a statement
-/// timeout so one slow branch cannot hold a request.
+/// parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms a query); a partition read
+/// through its HNSW index unless `filters` narrow the search; and a statement timeout so one slow branch cannot hold
+/// a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,
     ef_search: usize,
     statement_timeout_ms: u64,
     scan: branches::VectorScan,
+    filters: &SearchFilters,
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
     // The generic plan reads through an index leading with the organisation whatever the tenants' sizes make a
     // sequential scan cost on average. A partition is read through its HNSW index, the one path that needs no sort:
     // the planner estimates the partition's join to `memory` from the whole table's ids, so for a tenant that is a
-    // small part of it, it expects a handful of rows and would scan the tenant exactly.
-    let (plans, seqscan, sort) = match scan {
-        branches::VectorScan::Either => ("force_custom_plan", "on", "off"),
-        branches::VectorScan::Exact => ("force_generic_plan", "off", "on"),
+    // small part of it, it expects a handful of rows and would scan the tenant exactly. Under metadata filters the
+    // planner chooses: a selective one makes the exact scan right, where the index's iterative scan would stop at
+    // `hnsw.max_scan_tuples`.
+    let (plans, seqscan) = match scan {
+        branches::VectorScan::Either => ("force_custom_plan", "on"),
+        branches::VectorScan::Exact => ("force_generic_plan", "off"),
     };
+    let sort = if scan == branches::VectorScan::Either && filters.is_empty() { "off" } else { "on" };
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),

@@ -113,7 +113,8 @@ pub async fn vector_branch(
 ) -> sqlx::Result<Vec<BranchRow>> {
     let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
     let mut tx =
-        store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms, settings.vector_scan).await?;
+        store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms, settings.vector_scan, filters)
+            .await?;
     let found =
         store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, settings.vector_scan)
             .await?;

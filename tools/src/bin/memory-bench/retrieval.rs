@@ -259,7 +259,8 @@ async fn raw_baseline(
     indexed: bool,
 ) -> anyhow::Result<Vec<Uuid>> {
     let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
-    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan).await?;
+    let mut tx =
+        store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan, &SearchFilters::default()).await?;
     let mut qb = if indexed {
         let mut qb = QueryBuilder::new(
             "SELECT m.id FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id \
@@ -291,7 +292,8 @@ pub async fn vector_planning_ms(
     indexed: bool,
 ) -> anyhow::Result<f64> {
     let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
-    let mut tx = store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan).await?;
+    let mut tx =
+        store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan, &SearchFilters::default()).await?;
     let plan =
         store::branches::explain_vector_branch(&mut tx, scope, &SearchFilters::default(), query, k, scan).await?;
     tx.commit().await?;
@@ -309,7 +311,8 @@ async fn filtered_recall(pool: &PgPool, retriever: &Retriever, corpus: &Corpus, 
             .scope_filter(probe.organization, Some(probe.agent), Some(probe.project), Some(probe.task), false)
             .await?;
         let query = Vector::from(probe.vector.clone());
-        let mut tx = store::begin_vector_search(pool, org.id, 10, 30_000, VectorScan::Either).await?;
+        let mut tx =
+            store::begin_vector_search(pool, org.id, 10, 30_000, VectorScan::Either, &SearchFilters::default()).await?;
         let approximate: Vec<Uuid> = store::branches::vector_branch(
             &mut tx,
             &scope,
