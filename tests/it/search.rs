@@ -445,27 +445,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
 
     // The vector branch's own statement: the large tenant's runs its partition's index (the planner pruned every
     // other partition), the small tenant's scans its rows exactly and touches no partition.
-    let plan = async |org: Uuid, settings: &[&str]| -> serde_json::Value {
-        let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
-        let mut tx = store::begin_vector_search(&db.app, org, 10, 5_000, VectorScan::Either, &SearchFilters::default())
-            .await
-            .unwrap();
-        for set in settings {
-            sqlx::query(&format!("SET LOCAL {set}")).execute(&mut *tx).await.unwrap();
-        }
-        let plan = store::branches::explain_vector_branch(
-            &mut tx,
-            &scope,
-            &SearchFilters::default(),
-            &pgvector::Vector::from(axis(0)),
-            5,
-            VectorScan::Either,
-        )
-        .await
-        .unwrap();
-        tx.rollback().await.unwrap();
-        plan
-    };
+    let plan = async |org: Uuid, settings: &[&str]| explain_vector(&db, org, VectorScan::Either, 5, settings).await;
     // The retrieval context tells the pipeline which tenant has its partition ready (the other is scanned exactly,
     // one statement arm).
     let partition = async |org| store::agents::retrieval_context(&db.app, org, None).await.unwrap().vector_partition;
@@ -521,22 +501,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
     // The pipeline's scan of a tenant without a partition: one arm, through an index on the organisation even where
     // the statistics make a sequential scan cheaper (one page).
     sqlx::query("ANALYZE memory").execute(&db.admin).await.unwrap();
-    let scope = ReadFilter::for_retrieval(small, vec![Scope::Org], None, None, None, false);
-    let mut tx = store::begin_vector_search(&db.app, small, 10, 5_000, VectorScan::Exact, &SearchFilters::default())
-        .await
-        .unwrap();
-    let query = pgvector::Vector::from(axis(0));
-    let exact = store::branches::explain_vector_branch(
-        &mut tx,
-        &scope,
-        &SearchFilters::default(),
-        &query,
-        5,
-        VectorScan::Exact,
-    )
-    .await
-    .unwrap();
-    tx.rollback().await.unwrap();
+    let exact = explain_vector(&db, small, VectorScan::Exact, 5, &[]).await;
     let read = read_relations(&exact);
     assert!(read.iter().all(|r| !r.starts_with("memory_vector")), "{read:?}");
     assert!(!exact.to_string().contains("Seq Scan"), "{exact}");
@@ -587,22 +552,7 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     store::ann::Mover::lock(&db.admin).await.unwrap().move_in(tenant).await.unwrap();
     sqlx::query("ANALYZE").execute(&db.admin).await.unwrap();
 
-    let scope = ReadFilter::for_retrieval(tenant, vec![Scope::Org], None, None, None, false);
-    let mut tx = store::begin_vector_search(&db.app, tenant, 50, 5_000, VectorScan::Either, &SearchFilters::default())
-        .await
-        .unwrap();
-    let query = pgvector::Vector::from(axis(0));
-    let plan = store::branches::explain_vector_branch(
-        &mut tx,
-        &scope,
-        &SearchFilters::default(),
-        &query,
-        50,
-        VectorScan::Either,
-    )
-    .await
-    .unwrap();
-    tx.rollback().await.unwrap();
+    let plan = explain_vector(&db, tenant, VectorScan::Either, 50, &[]).await;
     // Every read of the partition goes through its HNSW index.
     let partition = serde_json::json!(store::ann::partition_name(tenant));
     let partition_reads: Vec<_> = plan_nodes(&plan)
@@ -620,6 +570,21 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     };
     let procedural = SearchFilters { memory_types: vec![MemoryType::Procedural], ..SearchFilters::default() };
     assert_eq!((sort(&SearchFilters::default()).await, sort(&procedural).await), ("off".into(), "on".into()));
+}
+
+/// The vector branch's plan for an organisation-wide reader of `org`, its `rows` nearest `axis(0)`, in a transaction
+/// begun as the branch begins it, with `settings` (`SET LOCAL`) on top.
+async fn explain_vector(db: &Db, org: Uuid, scan: VectorScan, rows: usize, settings: &[&str]) -> serde_json::Value {
+    let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let filters = SearchFilters::default();
+    let mut tx = store::begin_vector_search(&db.app, org, rows, 5_000, scan, &filters).await.unwrap();
+    for set in settings {
+        sqlx::query(&format!("SET LOCAL {set}")).execute(&mut *tx).await.unwrap();
+    }
+    let query = pgvector::Vector::from(axis(0));
+    let plan = store::branches::explain_vector_branch(&mut tx, &scope, &filters, &query, rows, scan).await.unwrap();
+    tx.rollback().await.unwrap();
+    plan
 }
 
 /// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.

@@ -6,8 +6,8 @@
 //! tenants. Tenants without one are searched exactly over their rows of `memory`, which is faster for them and
 //! exact. A tenant moves in or out online, one organisation at a time ([`Mover`]): its reads go on throughout, its
 //! writes wait at most for one batch of the fill, and its reads switch whole (the retrieval context and the
-//! two-arm statement of `branches::push_nearest` read `memory_vector_tenant.ready`). Partition and index DDL needs the schema owner
-//! (and CONCURRENTLY, no transaction), so this is an operator's job: `memory-admin ann-indexes`.
+//! two-arm statement of `branches::push_nearest` read `memory_vector_tenant.ready`). Partition and index DDL needs
+//! the schema owner (and CONCURRENTLY, no transaction), so this is an operator's job: `memory-admin ann-indexes`.
 
 use sqlx::{Executor, PgPool};
 use uuid::Uuid;
