@@ -572,6 +572,72 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     assert_eq!((sort(&SearchFilters::default()).await, sort(&procedural).await), ("off".into(), "on".into()));
 }
 
+/// The exact scan sorts the tenant's memories as ids and distances and reads the columns of the rows it returns
+/// only: a wide row formed for each memory cost about half the statement at 1,500 memories.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_exact_vector_scan_sorts_ids_and_distances_only(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    for i in 0..30 {
+        memory(org, &format!("note {i}")).embedding(vector_with_similarity(0.5 + 0.01 * i as f32, i)).insert(&db).await;
+    }
+    let plan = explain_vector(&db, org, VectorScan::Exact, 5, &[]).await;
+    let sorted: Vec<(i64, f64)> = plan_nodes(&plan)
+        .into_iter()
+        .filter(|node| node["Node Type"] == "Sort")
+        .map(|node| (node["Plan Width"].as_i64().unwrap(), node["Actual Rows"].as_f64().unwrap()))
+        .collect();
+    // One sort, of uuids and float8s (24 bytes), and the memories' columns read for the 5 it keeps.
+    assert_eq!(sorted.iter().map(|(width, _)| *width).collect::<Vec<_>>(), vec![24], "{plan}");
+    assert_eq!(memory_rows_read(&plan), 30.0 + 5.0, "{plan}");
+}
+
+/// The keyword branch reads `memory` in its ranking's order and stops at the rows it returns, row by row and from a
+/// ranking scored in process alike: a match ranked below them costs nothing.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_keyword_branch_reads_memories_only_as_far_down_its_ranking_as_it_returns(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let org = Uuid::now_v7();
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        // The longer, the lower the score: each memory has a score of its own.
+        ids.push(memory(org, &format!("zephyr {}", "filler ".repeat(i))).insert(&db).await.id);
+    }
+    let scope = ReadFilter::for_retrieval(org, vec![Scope::Org], None, None, None, false);
+    let filters = SearchFilters::default();
+    let search = KeywordSearch {
+        text_search_config: "memory_text",
+        text: "zephyr",
+        query: None,
+        rows: 10,
+        extras: BranchExtras::NONE,
+        posting_budget: store::keyword::POSTING_BUDGET,
+    };
+    let bm25 = Bm25::default();
+    let mut tx = store::begin_keyword_search(&db.app, org, 5_000).await.unwrap();
+    let row_wise = store::keyword::explain_keyword_branch_exact(&mut tx, &scope, &filters, &search, (bm25.k1, bm25.b))
+        .await
+        .unwrap();
+    let ranked: Vec<(Uuid, f64)> = ids.iter().enumerate().map(|(i, id)| (*id, 100.0 - i as f64)).collect();
+    let packed = store::keyword::explain_readable(&mut tx, &scope, &filters, &search, &ranked, 10).await.unwrap();
+    tx.rollback().await.unwrap();
+    for plan in [row_wise, packed] {
+        assert_eq!(memory_rows_read(&plan), 10.0, "{plan}");
+    }
+}
+
+/// The rows an `EXPLAIN (ANALYZE, FORMAT JSON)` plan read from `memory`, over all its loops.
+fn memory_rows_read(plan: &serde_json::Value) -> f64 {
+    plan_nodes(plan)
+        .into_iter()
+        .filter(|node| node.get("Relation Name").is_some_and(|name| name == "memory"))
+        .map(|node| node["Actual Rows"].as_f64().unwrap() * node["Actual Loops"].as_f64().unwrap())
+        .sum()
+}
+
 /// The vector branch's plan for an organisation-wide reader of `org`, its `rows` nearest `axis(0)`, in a transaction
 /// begun as the branch begins it, with `settings` (`SET LOCAL`) on top.
 async fn explain_vector(db: &Db, org: Uuid, scan: VectorScan, rows: usize, settings: &[&str]) -> serde_json::Value {

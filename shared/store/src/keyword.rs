@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{
     ReadFilter, SearchFilters,
-    branches::{BranchExtras, BranchRow, select_head},
+    branches::{BranchExtras, BranchRow, EXPLAIN_ANALYZE, push_memory_by_key, select_head},
 };
 
 /// Distinct query terms the keyword branch scores; the rest of a longer query is ignored (the rarest are kept).
@@ -167,8 +167,8 @@ fn push_weights(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, sear
     );
 }
 
-/// Of `ranked` (best first), the first `rows` the caller may read that pass the filters and the tsquery's re-check
-/// (its phrases and -exclusions), in that order.
+/// Of `ranked`, the first `rows` by score (ties by id) the caller may read that pass the filters and the tsquery's
+/// re-check (its phrases and -exclusions), in that order.
 pub async fn readable(
     conn: &mut PgConnection,
     scope: &ReadFilter,
@@ -177,18 +177,40 @@ pub async fn readable(
     ranked: &[(Uuid, f64)],
     rows: usize,
 ) -> sqlx::Result<Vec<BranchRow>> {
+    readable_statement("", scope, filters, search, ranked, rows).build_query_as().fetch_all(conn).await
+}
+
+/// [`readable`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)` (tests).
+pub async fn explain_readable(
+    conn: &mut PgConnection,
+    scope: &ReadFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    ranked: &[(Uuid, f64)],
+    rows: usize,
+) -> sqlx::Result<serde_json::Value> {
+    readable_statement(EXPLAIN_ANALYZE, scope, filters, search, ranked, rows).build_query_scalar().fetch_one(conn).await
+}
+
+fn readable_statement<'a>(
+    prefix: &str,
+    scope: &ReadFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    ranked: &[(Uuid, f64)],
+    rows: usize,
+) -> QueryBuilder<'a, Postgres> {
     let (ids, scores): (Vec<Uuid>, Vec<f64>) = ranked.iter().copied().unzip();
-    let mut qb = QueryBuilder::new("WITH ");
+    let mut qb = QueryBuilder::new(format!("{prefix}WITH "));
     push_tsquery(&mut qb, search);
-    push_matching_rows(&mut qb, scope, filters, search, |qb| {
-        qb.push("unnest(")
+    push_matching_rows(&mut qb, scope, filters, search, rows, |qb| {
+        qb.push("(SELECT u.memory_id, u.bm25 FROM unnest(")
             .push_bind(ids)
             .push("::uuid[], ")
             .push_bind(scores)
-            .push("::float8[]) WITH ORDINALITY AS r(memory_id, bm25, rank)");
+            .push("::float8[]) AS u(memory_id, bm25) ORDER BY u.bm25 DESC, u.memory_id) r");
     });
-    qb.push(" ORDER BY r.rank LIMIT ").push_bind(rows as i64);
-    qb.build_query_as().fetch_all(conn).await
+    qb
 }
 
 /// The CTE `query` (q): the query's tsquery, materialised so it is computed once, not for every joined row.
@@ -200,13 +222,16 @@ fn push_tsquery(qb: &mut QueryBuilder<'_, Postgres>, search: &KeywordSearch<'_>)
         .push(") AS q) ");
 }
 
-/// The candidate rows of a ranking `r` (memory_id, bm25), which `ranking` pushes: those the caller may read that
-/// pass the filters and the tsquery's re-check (its phrases and -exclusions). The caller orders and limits them.
+/// The first `rows` of a ranking `r` (memory_id, bm25), which `ranking` pushes ordered by score (ties by id), of
+/// those the caller may read that pass the filters and the tsquery's re-check (its phrases and -exclusions), in that
+/// order. Read in the ranking's order, the join to `memory` stops at the `rows`-th match: a match below it costs
+/// nothing.
 fn push_matching_rows<'a>(
     qb: &mut QueryBuilder<'a, Postgres>,
     scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
+    rows: usize,
     ranking: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
 ) {
     select_head(qb, search.extras);
@@ -214,11 +239,12 @@ fn push_matching_rows<'a>(
         .push_bind(search.query.cloned())
         .push(") AS cosine_sim, (r.bm25 / (1 + r.bm25))::float8 AS keyword_score FROM ");
     ranking(qb);
-    qb.push(" CROSS JOIN query JOIN memory m ON m.organization_id = ")
-        .push_bind(scope.organization_id())
-        .push(" AND m.id = r.memory_id WHERE m.content_tsv @@ query.q AND ");
+    qb.push(" CROSS JOIN query CROSS JOIN ");
+    push_memory_by_key(qb, scope.organization_id(), "r.memory_id");
+    qb.push(" WHERE m.content_tsv @@ query.q AND ");
     scope.push_sql(qb);
     filters.push_sql(qb);
+    qb.push(" ORDER BY r.bm25 DESC, r.memory_id LIMIT ").push_bind(rows as i64);
 }
 
 /// The keyword branch's ranking (BM25 with saturation `k1` and length normalisation `b`) computed by PostgreSQL's
@@ -229,9 +255,30 @@ pub async fn keyword_branch_exact(
     scope: &ReadFilter,
     filters: &SearchFilters,
     search: &KeywordSearch<'_>,
-    (k1, b): (f64, f64),
+    bm25: (f64, f64),
 ) -> sqlx::Result<Vec<BranchRow>> {
-    let mut qb = QueryBuilder::new("");
+    exact_statement("", scope, filters, search, bm25).build_query_as().fetch_all(conn).await
+}
+
+/// [`keyword_branch_exact`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)` (tests).
+pub async fn explain_keyword_branch_exact(
+    conn: &mut PgConnection,
+    scope: &ReadFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    bm25: (f64, f64),
+) -> sqlx::Result<serde_json::Value> {
+    exact_statement(EXPLAIN_ANALYZE, scope, filters, search, bm25).build_query_scalar().fetch_one(conn).await
+}
+
+fn exact_statement<'a>(
+    prefix: &str,
+    scope: &ReadFilter,
+    filters: &SearchFilters,
+    search: &KeywordSearch<'_>,
+    (k1, b): (f64, f64),
+) -> QueryBuilder<'a, Postgres> {
+    let mut qb = QueryBuilder::new(prefix);
     push_weights(&mut qb, scope.organization_id(), search);
     qb.push(", ");
     push_tsquery(&mut qb, search);
@@ -250,12 +297,14 @@ pub async fn keyword_branch_exact(
                  SELECT p.memory_id, p.tf, p.doc_length FROM memory_posting p WHERE p.organization_id = ",
         )
         .push_bind(scope.organization_id())
-        .push(" AND p.lexeme = w.lexeme OFFSET 0) p GROUP BY p.memory_id HAVING bool_or(w.selective)) ");
-    push_matching_rows(&mut qb, scope, filters, search, |qb| {
+        .push(
+            " AND p.lexeme = w.lexeme OFFSET 0) p GROUP BY p.memory_id HAVING bool_or(w.selective) \
+                   ORDER BY bm25 DESC, p.memory_id) ",
+        );
+    push_matching_rows(&mut qb, scope, filters, search, search.rows, |qb| {
         qb.push("ranked r");
     });
-    qb.push(" ORDER BY r.bm25 DESC, m.id LIMIT ").push_bind(search.rows as i64);
-    qb.build_query_as().fetch_all(conn).await
+    qb
 }
 
 /// Postings one [`pack`] statement rewrites at most (its first lexeme whatever its size): a statement holds the

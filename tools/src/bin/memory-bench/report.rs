@@ -8,6 +8,10 @@ pub struct SizeReport {
     pub memories: usize,
     pub vector_ms: Percentiles,
     pub keyword_ms: Percentiles,
+    /// Each branch run alone, the two one after the other, on other queries of the same distribution (the figures
+    /// above are the pipeline's own, of the two run concurrently).
+    pub vector_alone_ms: Percentiles,
+    pub keyword_alone_ms: Percentiles,
     pub fusion_ms: Percentiles,
     pub e2e_ms: Percentiles,
     /// What end to end is made of: the context read before the branches (read scopes, taxonomy), and Stage 1 as
@@ -138,6 +142,16 @@ pub fn print_row(r: &SizeReport) {
         r.load_s,
         r.index_s,
         r.tenant_indexes,
+    );
+    println!(
+        "{:>9} memories | each branch alone, p50/p95/p99 ms: vector {:.2}/{:.2}/{:.2}, keyword {:.2}/{:.2}/{:.2}",
+        r.memories,
+        r.vector_alone_ms.p50,
+        r.vector_alone_ms.p95,
+        r.vector_alone_ms.p99,
+        r.keyword_alone_ms.p50,
+        r.keyword_alone_ms.p95,
+        r.keyword_alone_ms.p99
     );
     println!(
         "{:>9} memories | explain off / on, p50 {:.2} / {:.2} ms, p95 {:.2} / {:.2} ms",

@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use memory_core::{
-    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, StageTimings, keyword},
+    retrieval::{RetrievalConfig, RetrievalMode, RetrievalRequest, Retriever, StageTimings, keyword, stage1},
     store::{
         self, ReadFilter, SearchFilters,
         branches::{BranchExtras, BranchRow, VectorScan},
@@ -97,7 +97,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     // the others have warmed for longer.
     let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
     let (e2e_probes, raw_probes, raw_depth_probes) = (probe_set(1), probe_set(2), probe_set(3));
-    let every = || e2e_probes.iter().chain(&raw_probes).chain(&raw_depth_probes);
+    let alone_probes = probe_set(4);
+    let every = || e2e_probes.iter().chain(&raw_probes).chain(&raw_depth_probes).chain(&alone_probes);
     let embedder = Precomputed(every().map(|p| (p.text.clone(), p.vector.clone())).collect());
     let retriever = Retriever::new(db.app.clone(), Arc::new(embedder), None, config);
     let indexed = store::ann::indexed_tenants(&db.admin).await?;
@@ -109,6 +110,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
 
     // End to end, and each stage as the pipeline itself timed it in the same requests (passive, 20 results).
     let (mut e2e, mut baseline, mut baseline_depth) = (vec![], vec![], vec![]);
+    let (mut vector_alone, mut keyword_alone) = (vec![], vec![]);
     let mut stages: Vec<StageTimings> = Vec::new();
     let request_of = |probe: &Probe, explain: bool| {
         let mut request = RetrievalRequest::new(probe.organization, RetrievalMode::Passive, probe.text.clone());
@@ -134,6 +136,25 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
             raw_baseline(&db.app, &scope, &query, k, indexed.contains(&probe.organization)).await?;
             timings.push(ms(t));
         }
+
+        // Each branch alone, one after the other, as the pipeline would run it for this tenant, with the taxonomy
+        // tags (the pipeline runs the two concurrently, and times each as the pair shares the machine).
+        let probe = &alone_probes[i];
+        let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
+        let memories = corpus.organizations.iter().find(|o| o.id == probe.organization).map_or(0, |o| o.memories);
+        let settings = stage1::BranchSettings {
+            extras: BranchExtras { taxonomy: true, profiled_entities: false },
+            keyword_row_wise: (memories as i64) < retriever.config().keyword_row_wise_below,
+            vector_scan: if indexed.contains(&probe.organization) { VectorScan::Either } else { VectorScan::Exact },
+            ..retriever.branch_settings(20)
+        };
+        let filters = SearchFilters::default();
+        let t = Instant::now();
+        stage1::vector_branch(&db.app, &scope, &filters, &query, &settings).await?;
+        vector_alone.push(ms(t));
+        let t = Instant::now();
+        stage1::keyword_branch(&db.app, &scope, &filters, &probe.text, Some(&query), &settings).await?;
+        keyword_alone.push(ms(t));
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -162,6 +183,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         memories: size,
         vector_ms: timed(&stage(|t| t.vector_ms)),
         keyword_ms: timed(&stage(|t| t.keyword_ms)),
+        vector_alone_ms: timed(&vector_alone),
+        keyword_alone_ms: timed(&keyword_alone),
         fusion_ms: timed(&stage(|t| t.fusion_ms + t.classify_ms + t.rank_ms)),
         ratio_p95: e2e_ms.p95 / baseline_ms.p95,
         ratio_depth_p95: e2e_ms.p95 / baseline_depth_ms.p95,
