@@ -71,11 +71,13 @@ def bench_latency(data):
 def bench_parts(data):
     rows = [
         [f"{s['memories']:,}", pct(s["context_ms"]), pct(s["branches_ms"]), pct(s["e2e_ms"]),
+         f"{pct(s['vector_alone_ms'])}; {pct(s['keyword_alone_ms'])}",
          f"{p50_95(s['keyword_largest_ms'])} against {p50_95(s['keyword_exact_ms'])}", f"{s['tenant_indexes']}"]
         for s in data["sizes"]
     ]
     header = ["memories", "context read", "Stage 1 (both branches, fused)", "end to end",
-              "largest tenant's keyword branch against row-wise exact BM25, p50 / p95", "tenant ANN indexes"]
+              "each branch alone: vector; keyword", "largest tenant's keyword branch against row-wise exact BM25, p50 / p95",
+              "tenant ANN indexes"]
     return table(header, rows)
 
 

@@ -136,10 +136,12 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
             raw_baseline(&db.app, &scope, &query, k, indexed.contains(&probe.organization)).await?;
             timings.push(ms(t));
         }
-
-        // Each branch alone, one after the other, as the pipeline would run it for this tenant, with the taxonomy
-        // tags (the pipeline runs the two concurrently, and times each as the pair shares the machine).
-        let probe = &alone_probes[i];
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // Each branch alone, one after the other, as the pipeline would run it for the tenant, with the taxonomy tags
+    // (the pipeline runs the two concurrently, and times each as the pair shares the machine).
+    for probe in &alone_probes {
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let memories = corpus.organizations.iter().find(|o| o.id == probe.organization).map_or(0, |o| o.memories);
         let settings = stage1::BranchSettings {
@@ -155,9 +157,7 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
         let t = Instant::now();
         stage1::keyword_branch(&db.app, &scope, &filters, &probe.text, Some(&query), &settings).await?;
         keyword_alone.push(ms(t));
-        bar.inc(1);
     }
-    bar.finish_and_clear();
     // What planning the vector branch costs, as the server reports it.
     let mut planning = Vec::new();
     for probe in raw_probes.iter().skip(warmup) {
