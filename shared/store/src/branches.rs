@@ -159,9 +159,9 @@ pub(crate) fn push_nearest<'a>(
             .push(")");
     };
     // The exact scan alone ranks ids and distances, then reads the columns of the `rows` nearest: a wide row formed for
-    // each of the tenant's memories costs more than their distances (about half the statement's time at 1,500). Gated
-    // behind the partition's registration, it runs only while a tenant moves, but is planned with every query: there
-    // it stays the statement quickest to plan.
+    // each of the tenant's memories costs more than their distances (about half the statement's time at 1,500). The
+    // arm gated behind the partition's registration is planned with every statement of a partitioned tenant, and
+    // retrieval runs it only while that tenant moves: there it stays the statement quickest to plan.
     let exact = |qb: &mut QueryBuilder<'a, Postgres>, gated: bool| {
         columns(qb);
         if gated {

@@ -93,8 +93,8 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     let depth = config.rows_per_branch;
     // Each measurement gets its own queries (same distribution, another seed): a query is new to the database
     // the first time it runs, and a measurement repeating another's queries would find their index pages and
-    // rows already in CPU and page caches. The measurements are interleaved, so none runs on a database that
-    // the others have warmed for longer.
+    // rows already in CPU and page caches. End to end and the raw queries are interleaved, so none runs on a
+    // database that the others have warmed for longer; each branch alone is timed after them.
     let probe_set = |salt: u64| probes(&corpus, args.queries + warmup, args.seed + size as u64 + salt, None);
     let (e2e_probes, raw_probes, raw_depth_probes) = (probe_set(1), probe_set(2), probe_set(3));
     let alone_probes = probe_set(4);
