@@ -59,8 +59,9 @@ impl BranchExtras {
 pub(super) const EXPLAIN_ANALYZE: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
 
 /// Pushes `LATERAL (...) m`: the memory of the organisation whose id is `id` (a column of the rows before it), read by
-/// its key for each of those rows. The subquery is not flattened into a join, which a cached generic plan, estimating
-/// any tenant at the average's size, would make a scan of the tenant for each row, or one of it whole.
+/// its key for each of those rows. The subquery is not flattened into a join, which a plan made without knowing the
+/// tenant's size (a cached generic plan estimates any tenant at the average's) can make a scan of the tenant for each
+/// row, or of all of it once.
 pub(super) fn push_memory_by_key(qb: &mut QueryBuilder<'_, Postgres>, organization_id: Uuid, id: &str) {
     qb.push("LATERAL (SELECT * FROM memory m WHERE m.organization_id = ")
         .push_bind(organization_id)
