@@ -193,6 +193,22 @@ impl Retriever {
         }
     }
 
+    /// [`Self::branch_settings`] for an organisation of `memories` memories, with or without a ready partition of its
+    /// own, and the `extras` the request uses: the keyword branch row by row below `keyword_row_wise_below`, the
+    /// vector branch exactly without a partition.
+    pub fn tenant_branch_settings(
+        &self,
+        max_results: usize,
+        memories: i64,
+        partition: bool,
+        extras: BranchExtras,
+    ) -> stage1::BranchSettings<'_> {
+        let vector_scan =
+            if partition { store::branches::VectorScan::Either } else { store::branches::VectorScan::Exact };
+        let keyword_row_wise = memories < self.config.keyword_row_wise_below;
+        stage1::BranchSettings { extras, keyword_row_wise, vector_scan, ..self.branch_settings(max_results) }
+    }
+
     /// The Stage 1 predicate for a principal: read scopes from the agent's stored profile (an agent without a
     /// profile reads only `org`; a non-agent caller reads all shared scopes but no agent's private memories).
     pub async fn scope_filter(

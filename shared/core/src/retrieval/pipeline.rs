@@ -18,10 +18,7 @@ use super::{
 use crate::{
     db::PgPool,
     replica::ReadFrom,
-    store::{
-        self, ReadFilter, SearchFilters,
-        branches::{BranchExtras, VectorScan},
-    },
+    store::{self, ReadFilter, SearchFilters, branches::BranchExtras},
 };
 
 /// Fewer candidates than this left by the taxonomy filter triggers the fallback to all candidates.
@@ -238,10 +235,7 @@ impl Retriever {
         };
 
         // Stage 1: nearest neighbours and keyword matches inside the scope predicate, fused.
-        let keyword_row_wise = memories < self.config.keyword_row_wise_below;
-        let vector_scan = if vector_partition { VectorScan::Either } else { VectorScan::Exact };
-        let settings =
-            BranchSettings { extras, keyword_row_wise, vector_scan, ..self.branch_settings(request.max_results) };
+        let settings = self.tenant_branch_settings(request.max_results, memories, vector_partition, extras);
         let filters = SearchFilters::default();
         let asked = Asked { scope: &scope, filters: &filters, text: &text, passive, settings: &settings };
         // A set found with a vector another request of the same text would not use (a turn's embedding failed) is

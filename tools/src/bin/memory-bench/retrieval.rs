@@ -144,12 +144,9 @@ pub async fn bench_size(args: &Args, size: usize) -> anyhow::Result<(SizeReport,
     for probe in &alone_probes {
         let (scope, query) = (scope_of(probe).await?, Vector::from(probe.vector.clone()));
         let memories = corpus.organizations.iter().find(|o| o.id == probe.organization).map_or(0, |o| o.memories);
-        let settings = stage1::BranchSettings {
-            extras: BranchExtras { taxonomy: true, profiled_entities: false },
-            keyword_row_wise: (memories as i64) < retriever.config().keyword_row_wise_below,
-            vector_scan: if indexed.contains(&probe.organization) { VectorScan::Either } else { VectorScan::Exact },
-            ..retriever.branch_settings(20)
-        };
+        let extras = BranchExtras { taxonomy: true, profiled_entities: false };
+        let partition = indexed.contains(&probe.organization);
+        let settings = retriever.tenant_branch_settings(20, memories as i64, partition, extras);
         let filters = SearchFilters::default();
         let t = Instant::now();
         stage1::vector_branch(&db.app, &scope, &filters, &query, &settings).await?;
