@@ -10,6 +10,7 @@ use memory_core::{
     retrieval::{
         MatchKind, SearchRequest, Strategy,
         fusion::Fusion,
+        stage1,
         keyword::{self, Bm25},
     },
     store::{
@@ -570,6 +571,56 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     };
     let procedural = SearchFilters { memory_types: vec![MemoryType::Procedural], ..SearchFilters::default() };
     assert_eq!((sort(&SearchFilters::default()).await, sort(&procedural).await), ("off".into(), "on".into()));
+}
+
+/// The pipeline reads a tenant whose partition was ready at the start of its request through that partition alone
+/// (planning the exact arm beside it had doubled the planner's time), and exactly once the partition is gone.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_partitioned_tenant_is_read_through_its_partition_alone_and_exactly_once_it_moved_out(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    let db = Db::new(opts, conn).await;
+    let tenant = Uuid::now_v7();
+    for i in 0..30 {
+        memory(tenant, &format!("note {i}")).embedding(vector_with_similarity(0.5 + 0.01 * i as f32, i)).insert(&db).await;
+    }
+    let mut mover = store::ann::Mover::lock(&db.admin).await.unwrap();
+    mover.move_in(tenant).await.unwrap();
+    let retriever = retriever(&db, Arc::new(FixedEmbedder::default()), None);
+    let settings = retriever.tenant_branch_settings(5, 30, true, BranchExtras::NONE);
+
+    // `memory` is read once: by key, for the rows the partition's index finds.
+    let plan = explain_vector(&db, tenant, settings.vector_scan, 5, &[]).await;
+    let memory_reads: Vec<_> = plan_nodes(&plan)
+        .into_iter()
+        .filter(|node| node.get("Relation Name").is_some_and(|name| name == "memory"))
+        .map(|node| node.get("Index Name").cloned())
+        .collect();
+    assert_eq!(memory_reads, vec![Some(serde_json::json!("memory_pkey"))], "{plan}");
+
+    let (scope, filters) =
+        (ReadFilter::for_retrieval(tenant, vec![Scope::Org], None, None, None, false), SearchFilters::default());
+    let query = pgvector::Vector::from(axis(0));
+    let branch = async |settings: &stage1::BranchSettings<'_>| {
+        let found = stage1::vector_branch(&db.app, &scope, &filters, &query, settings).await.unwrap();
+        found.into_iter().map(|row| row.memory.id).collect::<Vec<_>>()
+    };
+    let exact = branch(&retriever.tenant_branch_settings(5, 30, false, BranchExtras::NONE)).await;
+    assert_eq!(exact.len(), 30);
+    assert_eq!(branch(&settings).await, exact);
+
+    // The tenant moves out after its request found the partition ready: the statement finds nothing, and the branch
+    // reads the tenant exactly.
+    mover.move_out(tenant).await.unwrap();
+    let mut tx = store::begin_vector_search(&db.app, tenant, 5, 5_000, settings.vector_scan, &filters).await.unwrap();
+    let found =
+        store::branches::vector_branch(&mut tx, &scope, &filters, &query, 5, BranchExtras::NONE, settings.vector_scan)
+            .await
+            .unwrap();
+    assert!(found.is_empty());
+    tx.rollback().await.unwrap();
+    assert_eq!(branch(&settings).await, exact);
 }
 
 /// The exact scan sorts the tenant's memories as ids and distances and reads the columns of the rows it returns

@@ -81,6 +81,10 @@ pub enum VectorScan {
     /// Exactly over its rows of `memory`: it had no partition ready when the request began, and an exact answer is
     /// right whatever happened since. One arm, planned alone.
     Exact,
+    /// Through its partition's HNSW index alone: it had one ready when the request began. One arm, planned alone
+    /// (planning the exact arm beside it had doubled the planner's time). It finds nothing once the partition is no
+    /// longer ready: the caller then reads the organisation exactly.
+    Partition,
 }
 
 /// Nearest neighbours of `query` by cosine distance, nearest first.
@@ -143,8 +147,8 @@ fn vector_statement<'a>(
 /// Pushes a statement returning the `rows` memories of the organisation nearest `query` by cosine distance among
 /// those `predicate` (conditions over alias `m`) admits, each with `columns` (pushed as `SELECT ..., `) and
 /// `cosine_sim`, read as `scan` says. [`VectorScan::Either`] has two arms, each gated by the registration it reads
-/// (a one-time filter: one arm runs), so a tenant moving in or out is read one way or the other, whole. Unordered:
-/// the HNSW arm returns rows in relaxed order.
+/// (a one-time filter: one arm runs), so a tenant moving in or out is read one way or the other, whole;
+/// [`VectorScan::Partition`] has the first alone. Unordered: the HNSW arm returns rows in relaxed order.
 pub(crate) fn push_nearest<'a>(
     qb: &mut QueryBuilder<'a, Postgres>,
     organization_id: Uuid,
@@ -161,8 +165,8 @@ pub(crate) fn push_nearest<'a>(
     };
     // The exact scan alone ranks ids and distances, then reads the columns of the `rows` nearest: a wide row formed for
     // each of the tenant's memories costs more than their distances (about half the statement's time at 1,500). The
-    // arm gated behind the partition's registration is planned with every statement of a partitioned tenant, and
-    // retrieval runs it only while that tenant moves: there it stays the statement quickest to plan.
+    // arm gated behind the partition's registration is planned with every statement of the two arms and runs only
+    // while its tenant moves: there it stays the statement quickest to plan.
     let exact = |qb: &mut QueryBuilder<'a, Postgres>, gated: bool| {
         columns(qb);
         if gated {
@@ -183,27 +187,33 @@ pub(crate) fn push_nearest<'a>(
         qb.push(" AND m.embedding IS NOT NULL ORDER BY distance LIMIT ").push_bind(rows).push(") n CROSS JOIN ");
         push_memory_by_key(qb, organization_id, "n.id");
     };
-    if scan == VectorScan::Exact {
-        return exact(qb, false);
+    let partition = |qb: &mut QueryBuilder<'a, Postgres>| {
+        columns(qb);
+        qb.push("1 - (v.embedding <=> ")
+            .push_bind(query.clone())
+            .push(
+                ") AS cosine_sim \
+                 FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id AND m.id = v.memory_id \
+                 WHERE v.organization_id = ",
+            )
+            .push_bind(organization_id)
+            .push(" AND ");
+        ready(qb);
+        qb.push(" AND ");
+        predicate(qb);
+        qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows);
+    };
+    match scan {
+        VectorScan::Exact => exact(qb, false),
+        VectorScan::Partition => partition(qb),
+        VectorScan::Either => {
+            qb.push("(");
+            partition(qb);
+            qb.push(") UNION ALL (");
+            exact(qb, true);
+            qb.push(")");
+        }
     }
-    qb.push("(");
-    columns(qb);
-    qb.push("1 - (v.embedding <=> ")
-        .push_bind(query.clone())
-        .push(
-            ") AS cosine_sim \
-             FROM memory_vector v JOIN memory m ON m.organization_id = v.organization_id AND m.id = v.memory_id \
-             WHERE v.organization_id = ",
-        )
-        .push_bind(organization_id)
-        .push(" AND ");
-    ready(qb);
-    qb.push(" AND ");
-    predicate(qb);
-    qb.push(" ORDER BY v.embedding <=> ").push_bind(query.clone()).push(" LIMIT ").push_bind(rows);
-    qb.push(") UNION ALL (");
-    exact(qb, true);
-    qb.push(")");
 }
 
 /// Memories matching the filters, newest first, unscored (the `metadata` strategy).

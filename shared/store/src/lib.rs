@@ -105,10 +105,10 @@ pub async fn begin_vector_search(
     // planner chooses: a selective one makes the exact scan right, where the index's iterative scan would stop at
     // `hnsw.max_scan_tuples`.
     let (plans, seqscan) = match scan {
-        branches::VectorScan::Either => ("force_custom_plan", "on"),
+        branches::VectorScan::Either | branches::VectorScan::Partition => ("force_custom_plan", "on"),
         branches::VectorScan::Exact => ("force_generic_plan", "off"),
     };
-    let sort = if scan == branches::VectorScan::Either && filters.is_empty() { "off" } else { "on" };
+    let sort = if scan != branches::VectorScan::Exact && filters.is_empty() { "off" } else { "on" };
     let settings = [
         ("hnsw.iterative_scan", literal("relaxed_order")),
         ("hnsw.ef_search", literal(ef_search.clamp(40, 1000))),

@@ -195,7 +195,7 @@ impl Retriever {
 
     /// [`Self::branch_settings`] for an organisation of `memories` memories, with or without a ready partition of its
     /// own, and the `extras` the request uses: the keyword branch row by row below `keyword_row_wise_below`, the
-    /// vector branch exactly without a partition.
+    /// vector branch through the partition alone or exactly.
     pub fn tenant_branch_settings(
         &self,
         max_results: usize,
@@ -204,7 +204,7 @@ impl Retriever {
         extras: BranchExtras,
     ) -> stage1::BranchSettings<'_> {
         let vector_scan =
-            if partition { store::branches::VectorScan::Either } else { store::branches::VectorScan::Exact };
+            if partition { store::branches::VectorScan::Partition } else { store::branches::VectorScan::Exact };
         let keyword_row_wise = memories < self.config.keyword_row_wise_below;
         stage1::BranchSettings { extras, keyword_row_wise, vector_scan, ..self.branch_settings(max_results) }
     }

@@ -103,7 +103,8 @@ fn elapsed_ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
 }
 
-/// The vector branch in its own organisation-bound transaction, under the branch's time budget.
+/// The vector branch in its own organisation-bound transaction, under the branch's time budget. An organisation
+/// read through its partition that finds nothing there (it moved out since its request began) is read exactly.
 pub async fn vector_branch(
     pool: &PgPool,
     scope: &ReadFilter,
@@ -111,15 +112,19 @@ pub async fn vector_branch(
     query: &Vector,
     settings: &BranchSettings<'_>,
 ) -> sqlx::Result<Vec<BranchRow>> {
-    let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
-    let mut tx =
-        store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms, settings.vector_scan, filters)
-            .await?;
-    let found =
-        store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, settings.vector_scan)
-            .await?;
-    tx.commit().await?;
-    Ok(found)
+    let read = async |scan: VectorScan| {
+        let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
+        let mut tx = store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms, scan, filters).await?;
+        let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, scan).await?;
+        tx.commit().await?;
+        Ok(found)
+    };
+    match read(settings.vector_scan).await? {
+        // No longer ready, or nothing the reader may read in it: the exact scan of a scope that admits nothing is
+        // quick.
+        found if found.is_empty() && settings.vector_scan == VectorScan::Partition => read(VectorScan::Exact).await,
+        found => Ok(found),
+    }
 }
 
 /// The keyword branch in its own organisation-bound transaction, under the branch's time budget (its statements'

@@ -302,8 +302,8 @@ async fn raw_baseline(
     Ok(ids)
 }
 
-/// The planner's time for the vector branch's statement as the pipeline asks it (both arms for a tenant with its own
-/// partition, the exact one alone for any other), from `EXPLAIN (ANALYZE, FORMAT JSON)`.
+/// The planner's time for the vector branch's statement as the pipeline asks it (the partition's arm for a tenant
+/// with its own partition, the exact one for any other), from `EXPLAIN (ANALYZE, FORMAT JSON)`.
 pub async fn vector_planning_ms(
     pool: &PgPool,
     scope: &ReadFilter,
@@ -311,7 +311,7 @@ pub async fn vector_planning_ms(
     k: usize,
     indexed: bool,
 ) -> anyhow::Result<f64> {
-    let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
+    let scan = if indexed { VectorScan::Partition } else { VectorScan::Exact };
     let mut tx =
         store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan, &SearchFilters::default()).await?;
     let plan =
