@@ -10,8 +10,8 @@ use memory_core::{
     retrieval::{
         MatchKind, SearchRequest, Strategy,
         fusion::Fusion,
-        stage1,
         keyword::{self, Bm25},
+        stage1,
     },
     store::{
         self, ReadFilter, SearchFilters,
@@ -583,7 +583,10 @@ async fn a_partitioned_tenant_is_read_through_its_partition_alone_and_exactly_on
     let db = Db::new(opts, conn).await;
     let tenant = Uuid::now_v7();
     for i in 0..30 {
-        memory(tenant, &format!("note {i}")).embedding(vector_with_similarity(0.5 + 0.01 * i as f32, i)).insert(&db).await;
+        memory(tenant, &format!("note {i}"))
+            .embedding(vector_with_similarity(0.5 + 0.01 * i as f32, i))
+            .insert(&db)
+            .await;
     }
     let mut mover = store::ann::Mover::lock(&db.admin).await.unwrap();
     mover.move_in(tenant).await.unwrap();
