@@ -461,6 +461,8 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
             .unwrap();
     let mut tx = store::begin_for_org(&db.app, large).await.unwrap();
     let readership = memory_core::domain::Readership::of(&first);
+    let partitioned = store::ann::has_partition(&mut tx, large).await.unwrap();
+    assert!(partitioned);
     let near = store::ingest::near_duplicates(
         &mut tx,
         large,
@@ -469,6 +471,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
         &vector_with_similarity(0.9, 20),
         0.99,
         5,
+        partitioned,
     )
     .await
     .unwrap();
@@ -562,7 +565,28 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
         .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
         .collect();
     let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
-    assert_eq!(partition_reads, vec![through_index], "{plan}");
+    assert_eq!(partition_reads, vec![through_index.clone()], "{plan}");
+
+    // Ingest's near-duplicate probe, inside an ingest's transaction, reads it the same way (on the planner's defaults
+    // it read the partition whole, sorted), and leaves the transaction's settings as it found them.
+    let mut tx = store::begin_for_org(&db.app, tenant).await.unwrap();
+    let readership = memory_core::domain::Readership::of(&template);
+    let near = vector_with_similarity(0.9, 20);
+    let probe =
+        store::ingest::explain_near_duplicates(&mut tx, tenant, Uuid::nil(), &readership, &near, 5).await.unwrap();
+    let probe_reads: Vec<_> = plan_nodes(&probe)
+        .into_iter()
+        .filter(|node| node.get("Relation Name") == Some(&partition))
+        .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
+        .collect();
+    assert_eq!(probe_reads, vec![through_index], "{probe}");
+    let settings: (String, String) =
+        sqlx::query_as("SELECT current_setting('enable_sort'), current_setting('max_parallel_workers_per_gather')")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(settings, ("on".into(), "2".into()));
+    tx.rollback().await.unwrap();
 
     // Under metadata filters the planner chooses: a selective filter makes the exact scan right.
     let sort = async |filters: &SearchFilters| -> String {

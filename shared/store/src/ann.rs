@@ -50,6 +50,14 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
     Ok(names.iter().filter_map(|n| tenant_of(n)).collect())
 }
 
+/// Whether the organisation's partition is ready (its vector searches read it), under its own setting.
+pub async fn has_partition(conn: &mut sqlx::PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT coalesce((SELECT ready FROM memory_vector_tenant WHERE organization_id = $1), false)")
+        .bind(organization_id)
+        .fetch_one(conn)
+        .await
+}
+
 /// Moves tenants with at least `min_memories` memories into a partition of their own and back out those that fell
 /// below half of it (the gap keeps a tenant near the threshold from flapping); completes a move an earlier run left
 /// half done, and drops the partial HNSW indexes on `memory` that tenants had before partitions. Idempotent; one run

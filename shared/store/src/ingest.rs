@@ -130,7 +130,11 @@ pub async fn find_duplicate(
 
 /// Current (candidate or active), unexpired memories of the same readership whose cosine similarity to
 /// `embedding` is at least `min_cosine`, most similar first. A pair with a candidate waits for the reviewer until
-/// both are active.
+/// both are active. For an organisation with a partition (`partition`, read once for a batch by
+/// [`super::ann::has_partition`]), run as the vector branch runs its statement of two arms, inside the caller's
+/// transaction; for any other, on the transaction's settings, the exact arm being the one to run (setting the
+/// branch's and back costs two round trips, about 0.17 ms).
+#[allow(clippy::too_many_arguments)]
 pub async fn near_duplicates(
     conn: &mut PgConnection,
     organization_id: Uuid,
@@ -139,24 +143,57 @@ pub async fn near_duplicates(
     embedding: &[f32],
     min_cosine: f64,
     limit: i64,
+    partition: bool,
 ) -> sqlx::Result<Vec<(Uuid, f64)>> {
+    let mut qb = near_statement("", organization_id, memory_id, readership, embedding, min_cosine, limit);
+    // Planned for this organisation each time (an unnamed statement): a cached generic plan would hold every
+    // tenant's partition of `memory_vector`.
+    let mut probe = async |conn: &mut PgConnection| qb.build_query_as().persistent(false).fetch_all(conn).await;
+    if partition { super::as_vector_search(conn, limit as usize, probe).await } else { probe(conn).await }
+}
+
+/// [`near_duplicates`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)`, as it runs for an organisation with a
+/// partition (tests).
+pub async fn explain_near_duplicates(
+    conn: &mut PgConnection,
+    organization_id: Uuid,
+    memory_id: Uuid,
+    readership: &Readership,
+    embedding: &[f32],
+    limit: i64,
+) -> sqlx::Result<serde_json::Value> {
+    let mut qb =
+        near_statement(super::branches::EXPLAIN_ANALYZE, organization_id, memory_id, readership, embedding, 0.0, limit);
+    super::as_vector_search(conn, limit as usize, async |conn| {
+        qb.build_query_scalar().persistent(false).fetch_one(conn).await
+    })
+    .await
+}
+
+fn near_statement<'a>(
+    prefix: &str,
+    organization_id: Uuid,
+    memory_id: Uuid,
+    readership: &'a Readership,
+    embedding: &[f32],
+    min_cosine: f64,
+    limit: i64,
+) -> QueryBuilder<'a, sqlx::Postgres> {
     let vector = Vector::from(embedding.to_vec());
-    let mut qb = QueryBuilder::new("SELECT id, cosine_sim FROM (");
-    let predicate = |qb: &mut QueryBuilder<'_, sqlx::Postgres>| {
+    let mut qb = QueryBuilder::new(format!("{prefix}SELECT id, cosine_sim FROM ("));
+    let predicate = |qb: &mut QueryBuilder<'a, sqlx::Postgres>| {
         qb.push("m.organization_id = ")
             .push_bind(organization_id)
             .push(" AND m.status IN ('candidate', 'active') AND (m.expires_at IS NULL OR m.expires_at > now()) AND m.id <> ")
             .push_bind(memory_id);
         push_readership(qb, readership);
     };
-    let columns = |qb: &mut QueryBuilder<'_, sqlx::Postgres>| {
+    let columns = |qb: &mut QueryBuilder<'a, sqlx::Postgres>| {
         qb.push("SELECT m.id, ");
     };
     super::branches::push_nearest(&mut qb, organization_id, &vector, limit, VectorScan::Either, columns, predicate);
     qb.push(") near WHERE cosine_sim >= ").push_bind(min_cosine).push(" ORDER BY cosine_sim DESC, id");
-    // Planned for this organisation each time (an unnamed statement): a cached generic plan would hold every
-    // tenant's partition of `memory_vector`.
-    qb.build_query_as().persistent(false).fetch_all(conn).await
+    qb
 }
 
 /// Deletes the organisation's batch records written before `before` (a redelivery can come no later than the

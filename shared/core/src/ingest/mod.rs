@@ -279,6 +279,7 @@ impl Ingestor {
         // The memories this batch makes active (all of them, or its verified chunks), for the synthesis count.
         let mut activated = Vec::new();
         let mut near_duplicates = false;
+        let partition = store::ann::has_partition(&mut tx, org).await?;
         for ((Checked { mut new, taxonomy, entities, past }, vector), hash) in
             checked.into_iter().zip(vectors).zip(hashes)
         {
@@ -348,6 +349,7 @@ impl Ingestor {
                 vector,
                 NEAR_DUPLICATE_COSINE,
                 NEAR_DUPLICATE_NEIGHBOURS,
+                partition,
             )
             .await?;
             for (neighbour, cosine) in neighbours {
