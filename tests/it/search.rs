@@ -461,7 +461,7 @@ async fn large_tenants_get_their_own_ann_index_and_lose_it_when_they_shrink(
             .unwrap();
     let mut tx = store::begin_for_org(&db.app, large).await.unwrap();
     let readership = memory_core::domain::Readership::of(&first);
-    let partitioned = store::ann::has_partition(&mut tx, large).await.unwrap();
+    let partitioned = store::ann::partition_ready(&mut tx, large).await.unwrap();
     assert!(partitioned);
     let near = store::ingest::near_duplicates(
         &mut tx,
@@ -558,34 +558,36 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
 
     let plan = explain_vector(&db, tenant, VectorScan::Either, 50, &[]).await;
     // Every read of the partition goes through its HNSW index.
-    let partition = serde_json::json!(store::ann::partition_name(tenant));
+    let partition_name = serde_json::json!(store::ann::partition_name(tenant));
     let partition_reads: Vec<_> = plan_nodes(&plan)
         .into_iter()
-        .filter(|node| node.get("Relation Name") == Some(&partition))
+        .filter(|node| node.get("Relation Name") == Some(&partition_name))
         .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
         .collect();
     let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
     assert_eq!(partition_reads, vec![through_index.clone()], "{plan}");
 
     // Ingest's near-duplicate probe, inside an ingest's transaction, reads it the same way (on the planner's defaults
-    // it read the partition whole, sorted), and leaves the transaction's settings as it found them.
+    // it read the partition whole, sorted), and gives the transaction back its settings as they were.
     let mut tx = store::begin_for_org(&db.app, tenant).await.unwrap();
+    // pgvector loaded (as an ingest has by its probe, having written embeddings), one of its settings changed.
+    sqlx::query("SELECT '[1]'::vector").execute(&mut *tx).await.unwrap();
+    sqlx::query("SET LOCAL hnsw.ef_search = 77").execute(&mut *tx).await.unwrap();
+    let before = vector_settings(&mut tx).await;
+    let partition = store::ann::partition_ready(&mut tx, tenant).await.unwrap();
+    assert!(partition);
     let readership = memory_core::domain::Readership::of(&template);
     let near = vector_with_similarity(0.9, 20);
-    let probe =
-        store::ingest::explain_near_duplicates(&mut tx, tenant, Uuid::nil(), &readership, &near, 5).await.unwrap();
+    let probe = store::ingest::explain_near_duplicates(&mut tx, tenant, Uuid::nil(), &readership, &near, 5, partition)
+        .await
+        .unwrap();
     let probe_reads: Vec<_> = plan_nodes(&probe)
         .into_iter()
-        .filter(|node| node.get("Relation Name") == Some(&partition))
+        .filter(|node| node.get("Relation Name") == Some(&partition_name))
         .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
         .collect();
     assert_eq!(probe_reads, vec![through_index], "{probe}");
-    let settings: (String, String) =
-        sqlx::query_as("SELECT current_setting('enable_sort'), current_setting('max_parallel_workers_per_gather')")
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-    assert_eq!(settings, ("on".into(), "2".into()));
+    assert_eq!((vector_settings(&mut tx).await, before[1].as_str()), (before.clone(), "77"));
     tx.rollback().await.unwrap();
 
     // Under metadata filters the planner chooses: a selective filter makes the exact scan right.
@@ -729,6 +731,23 @@ async fn explain_vector(db: &Db, org: Uuid, scan: VectorScan, rows: usize, setti
     let plan = store::branches::explain_vector_branch(&mut tx, &scope, &filters, &query, rows, scan).await.unwrap();
     tx.rollback().await.unwrap();
     plan
+}
+
+/// The settings a vector search sets, as the connection has them now.
+async fn vector_settings(conn: &mut sqlx::PgConnection) -> Vec<String> {
+    let names = [
+        "hnsw.iterative_scan",
+        "hnsw.ef_search",
+        "plan_cache_mode",
+        "enable_seqscan",
+        "enable_sort",
+        "max_parallel_workers_per_gather",
+    ];
+    let mut values = Vec::new();
+    for name in names {
+        values.push(sqlx::query_scalar("SELECT current_setting($1)").bind(name).fetch_one(&mut *conn).await.unwrap());
+    }
+    values
 }
 
 /// The relations and indexes an `EXPLAIN (FORMAT JSON)` plan reads.

@@ -6,7 +6,7 @@
 //! tenants. Tenants without one are searched exactly over their rows of `memory`, which is faster for them and
 //! exact. A tenant moves in or out online, one organisation at a time ([`Mover`]): its reads go on throughout, its
 //! writes wait at most for one batch of the fill, and its reads switch whole (the retrieval context and the
-//! two-arm statement of `branches::push_nearest` read `memory_vector_tenant.ready`). Partition and index DDL needs
+//! statements of `branches::push_nearest` read `memory_vector_tenant.ready`). Partition and index DDL needs
 //! the schema owner (and CONCURRENTLY, no transaction), so this is an operator's job: `memory-admin ann-indexes`.
 
 use sqlx::{Executor, PgPool};
@@ -51,7 +51,7 @@ pub async fn indexed_tenants(pool: &PgPool) -> sqlx::Result<Vec<Uuid>> {
 }
 
 /// Whether the organisation's partition is ready (its vector searches read it), under its own setting.
-pub async fn has_partition(conn: &mut sqlx::PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
+pub async fn partition_ready(conn: &mut sqlx::PgConnection, organization_id: Uuid) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT coalesce((SELECT ready FROM memory_vector_tenant WHERE organization_id = $1), false)")
         .bind(organization_id)
         .fetch_one(conn)

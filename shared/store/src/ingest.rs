@@ -130,10 +130,10 @@ pub async fn find_duplicate(
 
 /// Current (candidate or active), unexpired memories of the same readership whose cosine similarity to
 /// `embedding` is at least `min_cosine`, most similar first. A pair with a candidate waits for the reviewer until
-/// both are active. For an organisation with a partition (`partition`, read once for a batch by
-/// [`super::ann::has_partition`]), run as the vector branch runs its statement of two arms, inside the caller's
-/// transaction; for any other, on the transaction's settings, the exact arm being the one to run (setting the
-/// branch's and back costs two round trips, about 0.17 ms).
+/// both are active. Read as search reads (both arms, each gated by the partition's registration), inside the
+/// caller's transaction: for an organisation whose partition is ready (`partition`,
+/// [`super::ann::partition_ready`]) with the vector branch's settings; for any other on the transaction's own, the
+/// exact arm being the one to run (setting the branch's and back costs two round trips, about 0.17 ms).
 #[allow(clippy::too_many_arguments)]
 pub async fn near_duplicates(
     conn: &mut PgConnection,
@@ -148,12 +148,11 @@ pub async fn near_duplicates(
     let mut qb = near_statement("", organization_id, memory_id, readership, embedding, min_cosine, limit);
     // Planned for this organisation each time (an unnamed statement): a cached generic plan would hold every
     // tenant's partition of `memory_vector`.
-    let mut probe = async |conn: &mut PgConnection| qb.build_query_as().persistent(false).fetch_all(conn).await;
-    if partition { super::as_vector_search(conn, limit as usize, probe).await } else { probe(conn).await }
+    let run = async |conn: &mut PgConnection| qb.build_query_as().persistent(false).fetch_all(conn).await;
+    probe(conn, limit, partition, run).await
 }
 
-/// [`near_duplicates`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)`, as it runs for an organisation with a
-/// partition (tests).
+/// [`near_duplicates`]'s statement run under `EXPLAIN (ANALYZE, FORMAT JSON)`, as it runs (tests).
 pub async fn explain_near_duplicates(
     conn: &mut PgConnection,
     organization_id: Uuid,
@@ -161,13 +160,21 @@ pub async fn explain_near_duplicates(
     readership: &Readership,
     embedding: &[f32],
     limit: i64,
+    partition: bool,
 ) -> sqlx::Result<serde_json::Value> {
     let mut qb =
         near_statement(super::branches::EXPLAIN_ANALYZE, organization_id, memory_id, readership, embedding, 0.0, limit);
-    super::as_vector_search(conn, limit as usize, async |conn| {
-        qb.build_query_scalar().persistent(false).fetch_one(conn).await
-    })
-    .await
+    let run = async |conn: &mut PgConnection| qb.build_query_scalar().persistent(false).fetch_one(conn).await;
+    probe(conn, limit, partition, run).await
+}
+
+async fn probe<T>(
+    conn: &mut PgConnection,
+    limit: i64,
+    partition: bool,
+    run: impl AsyncFnOnce(&mut PgConnection) -> sqlx::Result<T>,
+) -> sqlx::Result<T> {
+    if partition { super::as_vector_search(conn, limit as usize, run).await } else { run(conn).await }
 }
 
 fn near_statement<'a>(

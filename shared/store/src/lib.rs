@@ -24,7 +24,7 @@ pub mod transitions;
 pub mod turns;
 
 use memory_model::{domain, language};
-use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
+use sqlx::{Executor, PgConnection, PgExecutor, PgPool, Postgres, Transaction, migrate::Migrator};
 use uuid::Uuid;
 
 pub use predicates::{ReadFilter, SearchFilters};
@@ -86,8 +86,9 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
 /// yields `ef_search` rows; custom plans for a statement that may read `memory_vector`, so the planner prunes it to
 /// the organisation's own partition (see [`ann`]; a cached generic plan would hold every partition), and the cached
 /// generic plan for the exact scan, whose plan is the same for every organisation (planning it costs more than a
-/// small tenant's scan); no parallel workers (the gated exact arm of a tenant with a partition would be planned
-/// parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms a query); a partition read
+/// small tenant's scan); no parallel workers (in the statement of two arms, the gated exact arm of a tenant with a
+/// partition would be planned parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms
+/// a query); a partition read
 /// through its HNSW index unless `filters` narrow the search; and a statement timeout so one slow branch cannot hold
 /// a request.
 pub async fn begin_vector_search(
@@ -130,25 +131,23 @@ fn vector_search_settings(
     ]
 }
 
-/// Runs the statements of `search` inside a transaction begun otherwise (ingest's near-duplicate probe) as a vector
-/// search of both arms ([`branches::VectorScan::Either`]) would run, then sets the transaction back to the defaults:
-/// on the planner's defaults a tenant with a small partition had its probe planned as a scan of all its rows, sorted
-/// (the 1M corpus's partitioned tenants of 2,000-4,600 memories: 2.3-5.0 ms p50 against 0.5-0.6).
+/// Runs `search` inside a transaction begun otherwise (ingest's near-duplicate probe) as a vector search of both
+/// arms ([`branches::VectorScan::Either`]) would run, then gives the transaction back its settings as they were: on
+/// the planner's defaults a tenant with a small partition had its probe planned as a scan of all its rows, sorted
+/// (the 1M corpus's partitioned tenants of 2,000-4,600 memories: 2.3-5.0 ms p50 against 0.5-0.6). The settings are
+/// made inside a savepoint and undone by rolling back to it; `search` must only read.
 async fn as_vector_search<T>(
     conn: &mut PgConnection,
     ef_search: usize,
     search: impl AsyncFnOnce(&mut PgConnection) -> sqlx::Result<T>,
 ) -> sqlx::Result<T> {
     let settings = vector_search_settings(ef_search, branches::VectorScan::Either, &SearchFilters::default());
-    let set = |value: &dyn Fn(&String) -> String| {
-        let each: Vec<String> =
-            settings.iter().map(|(name, v)| format!("set_config('{name}', {}, true)", value(v))).collect();
-        format!("SELECT {}", each.join(", "))
-    };
-    sqlx::query(&set(&|v| v.clone())).execute(&mut *conn).await?;
+    let set: Vec<String> =
+        settings.iter().map(|(name, value)| format!("set_config('{name}', {value}, true)")).collect();
+    let begin = format!("SAVEPOINT vector_search; SELECT {}", set.join(", "));
+    conn.execute(begin.as_str()).await?;
     let found = search(&mut *conn).await?;
-    // A NULL value sets a parameter back to its default.
-    sqlx::query(&set(&|_| "NULL".into())).execute(&mut *conn).await?;
+    conn.execute("ROLLBACK TO SAVEPOINT vector_search; RELEASE SAVEPOINT vector_search").await?;
     Ok(found)
 }
 

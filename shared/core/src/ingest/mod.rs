@@ -279,7 +279,8 @@ impl Ingestor {
         // The memories this batch makes active (all of them, or its verified chunks), for the synthesis count.
         let mut activated = Vec::new();
         let mut near_duplicates = false;
-        let partition = store::ann::has_partition(&mut tx, org).await?;
+        // Whether the organisation's partition is ready, read at the batch's first probe.
+        let mut partition = None;
         for ((Checked { mut new, taxonomy, entities, past }, vector), hash) in
             checked.into_iter().zip(vectors).zip(hashes)
         {
@@ -341,6 +342,10 @@ impl Ingestor {
                 activated.push(memory.id);
             }
             let vector = new.embedding.as_deref().expect("embedded above");
+            let partition = match partition {
+                Some(ready) => ready,
+                None => *partition.insert(store::ann::partition_ready(&mut tx, org).await?),
+            };
             let neighbours = store::ingest::near_duplicates(
                 &mut tx,
                 org,

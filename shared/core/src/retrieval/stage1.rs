@@ -104,7 +104,8 @@ fn elapsed_ms(since: Instant) -> f64 {
 }
 
 /// The vector branch in its own organisation-bound transaction, under the branch's time budget. An organisation
-/// read through its partition that finds nothing there (it moved out since its request began) is read exactly.
+/// read through its partition that finds nothing there and no longer has it ready (it moved out since its request
+/// began) is read exactly, in a transaction and under a budget of its own.
 pub async fn vector_branch(
     pool: &PgPool,
     scope: &ReadFilter,
@@ -113,17 +114,17 @@ pub async fn vector_branch(
     settings: &BranchSettings<'_>,
 ) -> sqlx::Result<Vec<BranchRow>> {
     let read = async |scan: VectorScan| {
-        let (rows, budget_ms) = (settings.rows_per_branch, settings.vector_timeout_ms);
-        let mut tx = store::begin_vector_search(pool, scope.organization_id(), rows, budget_ms, scan, filters).await?;
+        let (org, rows, budget_ms) = (scope.organization_id(), settings.rows_per_branch, settings.vector_timeout_ms);
+        let mut tx = store::begin_vector_search(pool, org, rows, budget_ms, scan, filters).await?;
         let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, scan).await?;
+        let moved_out =
+            scan == VectorScan::Partition && found.is_empty() && !store::ann::partition_ready(&mut tx, org).await?;
         tx.commit().await?;
-        Ok(found)
+        Ok::<_, sqlx::Error>((found, moved_out))
     };
     match read(settings.vector_scan).await? {
-        // No longer ready, or nothing the reader may read in it: the exact scan of a scope that admits nothing is
-        // quick.
-        found if found.is_empty() && settings.vector_scan == VectorScan::Partition => read(VectorScan::Exact).await,
-        found => Ok(found),
+        (_, true) => Ok(read(VectorScan::Exact).await?.0),
+        (found, false) => Ok(found),
     }
 }
 
