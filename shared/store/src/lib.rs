@@ -88,9 +88,8 @@ pub async fn begin_relay(pool: &PgPool, organization_id: Uuid) -> sqlx::Result<T
 /// generic plan for the exact scan, whose plan is the same for every organisation (planning it costs more than a
 /// small tenant's scan); no parallel workers (in the statement of two arms, the gated exact arm of a tenant with a
 /// partition would be planned parallel and start its workers although its one-time filter leaves it unrun: 5-6 ms
-/// a query); a partition read
-/// through its HNSW index unless `filters` narrow the search; and a statement timeout so one slow branch cannot hold
-/// a request.
+/// a query); a partition read through its HNSW index unless `filters` narrow the search; and a statement timeout so
+/// one slow branch cannot hold a request.
 pub async fn begin_vector_search(
     pool: &PgPool,
     organization_id: Uuid,

@@ -342,7 +342,7 @@ impl Ingestor {
                 activated.push(memory.id);
             }
             let vector = new.embedding.as_deref().expect("embedded above");
-            let partition = match partition {
+            let ready = match partition {
                 Some(ready) => ready,
                 None => *partition.insert(store::ann::partition_ready(&mut tx, org).await?),
             };
@@ -354,7 +354,7 @@ impl Ingestor {
                 vector,
                 NEAR_DUPLICATE_COSINE,
                 NEAR_DUPLICATE_NEIGHBOURS,
-                partition,
+                ready,
             )
             .await?;
             for (neighbour, cosine) in neighbours {
