@@ -87,6 +87,13 @@ pub enum VectorScan {
     Partition,
 }
 
+impl VectorScan {
+    /// How a request reads an organisation that had its partition ready, or not, when the request began.
+    pub fn for_tenant(partition_ready: bool) -> Self {
+        if partition_ready { Self::Partition } else { Self::Exact }
+    }
+}
+
 /// Nearest neighbours of `query` by cosine distance, nearest first.
 pub async fn vector_branch(
     conn: &mut PgConnection,

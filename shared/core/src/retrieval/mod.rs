@@ -203,8 +203,7 @@ impl Retriever {
         partition: bool,
         extras: BranchExtras,
     ) -> stage1::BranchSettings<'_> {
-        let vector_scan =
-            if partition { store::branches::VectorScan::Partition } else { store::branches::VectorScan::Exact };
+        let vector_scan = store::branches::VectorScan::for_tenant(partition);
         let keyword_row_wise = memories < self.config.keyword_row_wise_below;
         stage1::BranchSettings { extras, keyword_row_wise, vector_scan, ..self.branch_settings(max_results) }
     }

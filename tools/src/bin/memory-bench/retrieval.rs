@@ -278,7 +278,7 @@ async fn raw_baseline(
     k: usize,
     indexed: bool,
 ) -> anyhow::Result<Vec<Uuid>> {
-    let scan = if indexed { VectorScan::Either } else { VectorScan::Exact };
+    let scan = VectorScan::for_tenant(indexed);
     let mut tx =
         store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan, &SearchFilters::default()).await?;
     let mut qb = if indexed {
@@ -311,7 +311,7 @@ pub async fn vector_planning_ms(
     k: usize,
     indexed: bool,
 ) -> anyhow::Result<f64> {
-    let scan = if indexed { VectorScan::Partition } else { VectorScan::Exact };
+    let scan = VectorScan::for_tenant(indexed);
     let mut tx =
         store::begin_vector_search(pool, scope.organization_id(), k, 5000, scan, &SearchFilters::default()).await?;
     let plan =
