@@ -46,20 +46,33 @@ pub async fn keyword_branch(
     bm25: Bm25,
 ) -> sqlx::Result<Vec<BranchRow>> {
     let terms = store::keyword::term_postings(&mut *conn, scope.organization_id(), search).await?;
-    let ranked = rank(&terms, bm25);
+    let mut scored = score(&terms, bm25);
     // Half of a tenant is typically unreadable to one caller; filters may reject far more, so each round doubles.
-    let (mut found, mut rest, mut round) = (Vec::new(), ranked.as_slice(), 4 * search.rows.max(1));
-    while found.len() < search.rows && !rest.is_empty() {
-        let (batch, after) = rest.split_at(round.min(rest.len()));
+    let (mut found, mut start, mut round) = (Vec::new(), 0, 4 * search.rows.max(1));
+    while found.len() < search.rows && start < scored.len() {
+        let batch = best_first(&mut scored[start..], round);
         let wanted = search.rows - found.len();
         found.extend(store::keyword::readable(&mut *conn, scope, filters, search, batch, wanted).await?);
-        (rest, round) = (after, 2 * round);
+        (start, round) = (start + batch.len(), 2 * round);
     }
     Ok(found)
 }
 
-/// The memories holding a selective term, by BM25 over every posting of `terms`, best first (ties by id).
-fn rank(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
+/// The best `k` of `scored` (ties by id), moved to its front and ordered: a large tenant's query scores thousands of
+/// memories, of which a round reads a few hundred, so only those are sorted.
+fn best_first(scored: &mut [(Uuid, f64)], k: usize) -> &[(Uuid, f64)] {
+    let by_score = |a: &(Uuid, f64), b: &(Uuid, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let k = k.min(scored.len());
+    if k < scored.len() {
+        scored.select_nth_unstable_by(k, by_score);
+    }
+    let best = &mut scored[..k];
+    best.sort_unstable_by(by_score);
+    best
+}
+
+/// The memories holding a selective term, with their BM25 over every posting of `terms`, unordered.
+fn score(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
     let mut scores: HashMap<Uuid, f64, foldhash::fast::FixedState> = HashMap::default();
     // The selective terms find the memories; the others only add to their scores.
     for term in terms.iter().filter(|t| t.selective).chain(terms.iter().filter(|t| !t.selective)) {
@@ -72,9 +85,7 @@ fn rank(terms: &[TermPostings], bm25: Bm25) -> Vec<(Uuid, f64)> {
             }
         }
     }
-    let mut ranked: Vec<(Uuid, f64)> = scores.into_iter().collect();
-    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    ranked
+    scores.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -91,10 +102,27 @@ mod tests {
             // A common term counts only for memories holding a selective one: c is not found through it.
             TermPostings::of(0.5, false, 10.0, &[(a, 2, 10), (c, 1, 10)], &[], &[]),
         ];
-        let ranked = rank(&terms, bm25);
+        let mut scored = score(&terms, bm25);
+        let ranked = best_first(&mut scored, usize::MAX);
         let expected_b = bm25.weight(2.0, 3.0, 10.0, 10.0);
         let expected_a = bm25.weight(2.0, 1.0, 10.0, 10.0) + bm25.weight(0.5, 2.0, 10.0, 10.0);
         assert_eq!(ranked.iter().map(|r| r.0).collect::<Vec<_>>(), [b, a]);
         assert!((ranked[0].1 - expected_b).abs() < 1e-12 && (ranked[1].1 - expected_a).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rounds_of_the_best_first_read_the_whole_ranking_in_order() {
+        // Scores with ties, so the order by id counts.
+        let mut scored: Vec<(Uuid, f64)> =
+            (0..1_000u128).map(|i| (Uuid::from_u128(i * 7_919 % 1_009), f64::from((i * 31 % 97) as u32))).collect();
+        let mut expected = scored.clone();
+        expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let (mut read, mut start, mut round) = (Vec::new(), 0, 7);
+        while start < scored.len() {
+            let batch = best_first(&mut scored[start..], round);
+            read.extend_from_slice(batch);
+            (start, round) = (start + batch.len(), 2 * round);
+        }
+        assert_eq!(read, expected);
     }
 }
