@@ -559,13 +559,15 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     let plan = explain_vector(&db, tenant, VectorScan::Either, 50, &[]).await;
     // Every read of the partition goes through its HNSW index.
     let partition_name = serde_json::json!(store::ann::partition_name(tenant));
-    let partition_reads: Vec<_> = plan_nodes(&plan)
-        .into_iter()
-        .filter(|node| node.get("Relation Name") == Some(&partition_name))
-        .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
-        .collect();
+    let partition_reads = |plan: &serde_json::Value| -> Vec<_> {
+        plan_nodes(plan)
+            .into_iter()
+            .filter(|node| node.get("Relation Name") == Some(&partition_name))
+            .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
+            .collect()
+    };
     let through_index = (serde_json::json!("Index Scan"), Some(serde_json::json!(store::ann::index_name(tenant))));
-    assert_eq!(partition_reads, vec![through_index.clone()], "{plan}");
+    assert_eq!(partition_reads(&plan), vec![through_index.clone()], "{plan}");
 
     // Ingest's near-duplicate probe, inside an ingest's transaction, reads it the same way (on the planner's defaults
     // it read the partition whole, sorted), and gives the transaction back its settings as they were.
@@ -581,12 +583,7 @@ async fn a_tenant_small_beside_the_others_is_still_searched_through_its_partitio
     let probe = store::ingest::explain_near_duplicates(&mut tx, tenant, Uuid::nil(), &readership, &near, 5, partition)
         .await
         .unwrap();
-    let probe_reads: Vec<_> = plan_nodes(&probe)
-        .into_iter()
-        .filter(|node| node.get("Relation Name") == Some(&partition_name))
-        .map(|node| (node["Node Type"].clone(), node.get("Index Name").cloned()))
-        .collect();
-    assert_eq!(probe_reads, vec![through_index], "{probe}");
+    assert_eq!(partition_reads(&probe), vec![through_index], "{probe}");
     assert_eq!((vector_settings(&mut tx).await, before[1].as_str()), (before.clone(), "77"));
     tx.rollback().await.unwrap();
 
