@@ -33,7 +33,7 @@ pub struct Db {
 impl Db {
     pub async fn new(pool_options: PgPoolOptions, connect: PgConnectOptions) -> Self {
         let admin = pool_options.clone().connect_with(connect.clone()).await.expect("admin pool");
-        let app = PgPoolOptions::new()
+        let app = memory_core::store::connections::pool_options()
             .max_connections(4)
             .connect_with(connect.username("memory_app").password(""))
             .await

@@ -19,7 +19,7 @@ use retrieve::{
     auth::{LOCAL_AUDIENCE, LOCAL_ISSUER, sign_local_token},
 };
 use serde_json::{Value, json};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -160,6 +160,67 @@ async fn after_its_backend_is_killed_the_next_request_is_served_without_a_restar
         served |= status == StatusCode::OK;
     }
     assert!(served, "the pool replaced the killed connections");
+}
+
+/// The pool hands out a connection released a moment ago unchecked (sqlx pinged it as it was released), which saves
+/// a request a round trip per checkout; a transaction that finds such a connection gone at `BEGIN` begins again on
+/// another; after a pause, every connection is checked. (Pauses of 60 s and 300 ms here for the service's 1 s.)
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_pool_checks_a_connection_before_use_after_a_pause_not_between_busy_checkouts(
+    opts: PgPoolOptions,
+    conn: PgConnectOptions,
+) {
+    use memory_core::store::connections::pool_options_checking_after;
+    let admin = opts.connect_with(conn.clone()).await.unwrap();
+    let app = conn.username("memory_app");
+    let pid = "SELECT pg_backend_pid()";
+    let backend = async |pool: &PgPool| sqlx::query_scalar::<_, i32>(pid).fetch_one(pool).await;
+    let terminate = async |pid: i32| {
+        let ended: bool =
+            sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(pid).fetch_one(&admin).await.unwrap();
+        assert!(ended, "backend {pid} ended");
+    };
+
+    // Released connections are pinged, then idle: wait for that, so that a checkout does not open another instead.
+    let idle = async |pool: &PgPool, n: usize| {
+        while pool.num_idle() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+
+    let busy = pool_options_checking_after(Duration::from_secs(60)).max_connections(2).connect_with(app.clone());
+    let busy = busy.await.unwrap();
+    let first = backend(&busy).await.unwrap();
+    idle(&busy, 1).await;
+    terminate(first).await;
+    backend(&busy).await.expect_err("a connection released a moment ago is handed out unchecked, and found gone");
+    let second = backend(&busy).await.expect("the gone connection was closed as it was released");
+    assert_ne!(second, first);
+
+    // Both of the pool's connections gone: a transaction begins on neither.
+    let (mut a, mut b) = (busy.acquire().await.unwrap(), busy.acquire().await.unwrap());
+    let both: Vec<i32> = vec![
+        sqlx::query_scalar(pid).fetch_one(&mut *a).await.unwrap(),
+        sqlx::query_scalar(pid).fetch_one(&mut *b).await.unwrap(),
+    ];
+    drop((a, b));
+    idle(&busy, 2).await;
+    for gone in &both {
+        terminate(*gone).await;
+    }
+    let mut tx = memory_core::store::begin_for_org(&busy, Uuid::now_v7()).await.expect("begun on a live connection");
+    let began_on: i32 = sqlx::query_scalar(pid).fetch_one(&mut *tx).await.unwrap();
+    assert!(!both.contains(&began_on), "{began_on} is one of the ended {both:?}");
+    tx.commit().await.unwrap();
+
+    let paused = pool_options_checking_after(Duration::from_millis(300)).max_connections(1).connect_with(app);
+    let paused = paused.await.unwrap();
+    let third = backend(&paused).await.unwrap();
+    idle(&paused, 1).await;
+    terminate(third).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let last = backend(&paused).await.expect("after a pause the connection is checked and replaced");
+    assert_ne!(last, third);
 }
 
 /// Panics when asked to embed "panic".

@@ -49,6 +49,9 @@ pub async fn open(name: &str, app_connections: u32) -> anyhow::Result<Scratch> {
     let admin = PgPoolOptions::new().max_connections(4).connect_with(server.clone().database(name)).await?;
     store::MIGRATOR.run(&admin).await.context("migrating the scratch database")?;
     let app_options = server.database(name).username("memory_app");
-    let app = PgPoolOptions::new().max_connections(app_connections).connect_with(app_options.clone()).await?;
+    let app = memory_core::store::connections::pool_options()
+        .max_connections(app_connections)
+        .connect_with(app_options.clone())
+        .await?;
     Ok(Scratch { admin, app, app_options })
 }

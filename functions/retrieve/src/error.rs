@@ -108,14 +108,12 @@ impl From<memory_core::Error> for ApiError {
 /// shutting down (SQLSTATE 08, 57P), too many connections or out of resources (53), a statement or lock timeout
 /// (57014, 55P03).
 pub(crate) fn database_unavailable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => true,
-        sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-            c.starts_with("08") || c.starts_with("57P") || c.starts_with("53") || c == "57014" || c == "55P03"
-        }),
-        _ => false,
-    }
+    memory_core::store::connections::connection_lost(error)
+        || match error {
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("53") || c == "57014" || c == "55P03"),
+            _ => false,
+        }
 }
 
 /// Seconds a client should wait before retrying a 429 or a 503.

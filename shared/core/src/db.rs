@@ -3,7 +3,7 @@
 pub use sqlx::PgPool;
 
 use secrecy::ExposeSecret;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
 use crate::config::{ConfigError, DatabaseConfig};
 
@@ -28,7 +28,7 @@ fn verified(options: PgConnectOptions, config: &DatabaseConfig) -> Result<PgConn
 }
 
 pub fn pool_with(options: PgConnectOptions, config: &DatabaseConfig) -> PgPool {
-    PgPoolOptions::new()
+    crate::store::connections::pool_options()
         .max_connections(config.max_connections)
         .min_connections(0)
         .acquire_timeout(config.acquire_timeout)

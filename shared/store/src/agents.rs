@@ -36,14 +36,17 @@ pub async fn retrieval_context(
     agent_id: Option<Uuid>,
 ) -> sqlx::Result<RetrievalContext> {
     type Row = (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64, i64, bool);
-    let (scopes, nodes, has_entity_profiles, generation, memories, vector_partition): Row = sqlx::query_as(
-        "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories, vector_partition \
-         FROM memory_retrieval_context($1, $2)",
-    )
-    .bind(organization_id)
-    .bind(agent_id)
-    .fetch_one(pool)
-    .await?;
+    let (scopes, nodes, has_entity_profiles, generation, memories, vector_partition): Row =
+        super::connections::again_if_lost(pool, || {
+            sqlx::query_as(
+                "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories, vector_partition \
+                 FROM memory_retrieval_context($1, $2)",
+            )
+            .bind(organization_id)
+            .bind(agent_id)
+            .fetch_one(pool)
+        })
+        .await?;
     let read_scopes = parse_scopes(scopes)?;
     Ok(RetrievalContext { read_scopes, taxonomy: nodes.0, has_entity_profiles, generation, memories, vector_partition })
 }

@@ -5,6 +5,7 @@
 pub mod agents;
 pub mod ann;
 pub mod branches;
+pub mod connections;
 pub mod contradiction;
 pub mod dedup;
 pub mod entities;
@@ -45,7 +46,7 @@ async fn begin_with_settings(
     organization_id: Uuid,
     settings: &[(&str, String)],
 ) -> sqlx::Result<Transaction<'static, Postgres>> {
-    pool.begin_with(format!("BEGIN; {}", settings_sql(organization_id, settings))).await
+    connections::begin(pool, format!("BEGIN; {}", settings_sql(organization_id, settings))).await
 }
 
 /// The statement setting the organisation and `settings` for the rest of the transaction.
