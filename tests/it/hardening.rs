@@ -143,23 +143,17 @@ async fn after_its_backend_is_killed_the_next_request_is_served_without_a_restar
     assert_eq!(call(&app, &token, "/v1/retrieve", query("alpha")).await.0, StatusCode::OK);
 
     let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
          WHERE usename = 'memory_app' AND datname = current_database()",
     )
     .fetch_all(&db.admin)
     .await
     .unwrap();
-    assert!(!killed.is_empty());
-    let mut served = false;
-    for _ in 0..3 {
-        let (status, headers, _) = call(&app, &token, "/v1/retrieve", query("alpha")).await;
-        assert!(status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE, "{status}");
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            assert!(headers.contains_key(header::RETRY_AFTER));
-        }
-        served |= status == StatusCode::OK;
-    }
-    assert!(served, "the pool replaced the killed connections");
+    assert!(!killed.is_empty() && killed.iter().all(|ended| *ended), "{killed:?}");
+    // The pool's connections, released a moment ago, are handed out unchecked and found gone: the request runs again
+    // on new ones.
+    let (status, _, body) = call(&app, &token, "/v1/retrieve", query("alpha")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 /// The pool hands out a connection released a moment ago unchecked (sqlx pinged it as it was released), which saves
@@ -183,11 +177,16 @@ async fn the_pool_checks_a_connection_before_use_after_a_pause_not_between_busy_
 
     // Released connections are pinged, then idle: wait for that, so that a checkout does not open another instead.
     let idle = async |pool: &PgPool, n: usize| {
-        while pool.num_idle() < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let settled = async {
+            while pool.num_idle() < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), settled).await.expect("released connections settle");
     };
 
+    // `connect_with` leaves one connection idle, released unchecked: the first checkout (which checks what the pool
+    // holds) takes it, and the one after is the first left to the rule.
     let busy = pool_options_checking_after(Duration::from_secs(60)).max_connections(2).connect_with(app.clone());
     let busy = busy.await.unwrap();
     let first = backend(&busy).await.unwrap();

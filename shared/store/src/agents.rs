@@ -37,14 +37,15 @@ pub async fn retrieval_context(
 ) -> sqlx::Result<RetrievalContext> {
     type Row = (Option<Vec<String>>, Json<Vec<TaxonomyNode>>, bool, i64, i64, bool);
     let (scopes, nodes, has_entity_profiles, generation, memories, vector_partition): Row =
-        super::connections::again_if_lost(pool, || {
+        super::connections::again_if_lost(pool, |mut conn| async move {
             sqlx::query_as(
                 "SELECT read_scopes, taxonomy, has_entity_profiles, generation, memories, vector_partition \
                  FROM memory_retrieval_context($1, $2)",
             )
             .bind(organization_id)
             .bind(agent_id)
-            .fetch_one(pool)
+            .fetch_one(&mut *conn)
+            .await
         })
         .await?;
     let read_scopes = parse_scopes(scopes)?;
