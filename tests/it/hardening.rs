@@ -222,6 +222,49 @@ async fn the_pool_checks_a_connection_before_use_after_a_pause_not_between_busy_
     assert_ne!(last, third);
 }
 
+/// A read on a request's path ends its transaction without the request waiting for a `COMMIT`: the `ROLLBACK` goes
+/// out as its connection is released. The connection comes back out of the transaction with none of the read's
+/// settings, whether the read was a retrieval's branches, a strategy search or a read by id.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn a_read_ends_its_transaction_as_its_connection_is_released(opts: PgPoolOptions, conn: PgConnectOptions) {
+    use memory_core::retrieval::{RetrievalMode, RetrievalRequest, SearchRequest, Strategy};
+    let db = Db::new(opts, conn.clone()).await;
+    let org = Uuid::now_v7();
+    let m = memory(org, "alpha beta gamma").embedding(axis(1)).insert(&db).await;
+    let one = memory_core::store::connections::pool_options().max_connections(1);
+    let one = one.connect_with(conn.username("memory_app").password("")).await.unwrap();
+    let settings = "SELECT current_setting('statement_timeout'), current_setting('plan_cache_mode'), \
+                    coalesce(current_setting('app.organization_id', true), '')";
+    let fresh: (String, String, String) = sqlx::query_as(settings).fetch_one(&one).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&one).await.unwrap();
+    let embedder = FixedEmbedder::default().with("alpha", axis(1)).with("beta", axis(1)).with("gamma", axis(1));
+    let config = RetrievalConfig { read_budget_ms: 1234, found_cache_bytes: 0, ..RetrievalConfig::default() };
+    let r = Retriever::new(one.clone(), Arc::new(embedder), None, config);
+
+    // Once the read is done, the one connection is the same backend, idle outside a transaction, as it began.
+    let came_back = async || {
+        let mut held = one.acquire().await.unwrap();
+        let (state, in_transaction): (String, bool) =
+            sqlx::query_as("SELECT state, xact_start IS NOT NULL FROM pg_stat_activity WHERE pid = $1")
+                .bind(pid)
+                .fetch_one(&db.admin)
+                .await
+                .unwrap();
+        assert_eq!((state.as_str(), in_transaction), ("idle", false), "backend {pid} after a read");
+        assert_eq!(sqlx::query_as::<_, (String, String, String)>(settings).fetch_one(&mut *held).await.unwrap(), fresh);
+    };
+    let answer = r.query(RetrievalRequest::new(org, RetrievalMode::AgentQuery, "alpha")).await.unwrap();
+    assert_eq!(answer.memories.iter().map(|a| a.memory.id).collect::<Vec<_>>(), vec![m.id]);
+    came_back().await;
+    for strategy in [Strategy::Keyword, Strategy::Metadata] {
+        let found = r.search(SearchRequest::new(org, strategy, "beta")).await.unwrap();
+        assert_eq!(found.hits.len(), 1, "{strategy:?}");
+        came_back().await;
+    }
+    assert_eq!(r.memory(org, None, m.id).await.unwrap().id, m.id);
+    came_back().await;
+}
+
 /// Panics when asked to embed "panic".
 struct PanickingEmbedder;
 

@@ -76,6 +76,14 @@ pub async fn begin_read(
     begin_with_settings(pool, organization_id, &settings).await
 }
 
+/// Ends a transaction that only read ([`begin_read`], a search's), without waiting: its `ROLLBACK` is queued on the
+/// connection and sent with the check sqlx makes as the connection goes back to the pool, off the caller's path (an
+/// awaited `COMMIT` costs the caller a round trip, on AWS a network one). The rollback undoes the transaction's
+/// settings as a commit would.
+pub fn end_read(tx: Transaction<'static, Postgres>) {
+    drop(tx);
+}
+
 /// Like [`begin_for_org`], for the outbox relay, which holds its claimed rows while the bus or a queue answers:
 /// the role's 10 s idle-in-transaction limit is raised to a minute for this transaction only (the AWS clients give
 /// up on a call after 5 s).

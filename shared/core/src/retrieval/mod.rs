@@ -232,7 +232,7 @@ impl Retriever {
             let waited = review::UNDECIDED_AFTER;
             let undecided =
                 store::memories::undecided_candidates(&mut *tx, organization_id, waited, review::LISTED as i64).await?;
-            tx.commit().await?;
+            store::end_read(tx);
             let undecided = undecided.into_iter().map(|(id, since)| review::Undecided { id, since }).collect();
             Ok(review::Review { held, undecided })
         };
@@ -246,7 +246,7 @@ impl Retriever {
             let scope = self.audit_scope(pool, organization_id, agent_id).await?;
             let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
             let memory = store::memories::get_readable(&mut tx, &scope, id).await?;
-            tx.commit().await?;
+            store::end_read(tx);
             memory.ok_or(crate::Error::not_found("memory", id))
         };
         Ok(self.on_reads(true, read).await?.0)
@@ -276,7 +276,7 @@ impl Retriever {
                 return Err(crate::Error::not_found("memory", id));
             }
             let profiles = store::entities::profiles_for(&mut tx, &scope.current_only(), &[id]).await?;
-            tx.commit().await?;
+            store::end_read(tx);
             Ok(profiles)
         };
         Ok(self.on_reads(true, read).await?.0)
@@ -294,7 +294,7 @@ impl Retriever {
             let scope = self.audit_scope(pool, organization_id, agent_id).await?;
             let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
             let chain = supersession::chain(&mut tx, &scope, id).await?;
-            tx.commit().await?;
+            store::end_read(tx);
             Ok(chain)
         };
         Ok(self.on_reads(true, read).await?.0)
@@ -352,7 +352,7 @@ impl Retriever {
         let scope = ReadFilter::for_retrieval(organization_id, read_scopes, agent_id, Some(project_id), None, false);
         let mut tx = store::begin_read(&self.pool, organization_id, self.config.read_budget_ms).await?;
         let readable = store::memories::file_readable(&mut tx, &scope, project_id, path).await?;
-        tx.commit().await?;
+        store::end_read(tx);
         if !readable || tools.excludes(path) {
             return Err(crate::Error::NotFound {
                 kind: "file",

@@ -512,7 +512,7 @@ impl Retriever {
         }
         let mut tx = store::begin_read(pool, scope.organization_id(), self.config.read_budget_ms).await?;
         let profiles = store::entities::profiles_for(&mut tx, scope, profiled).await?;
-        tx.commit().await?;
+        store::end_read(tx);
         Ok(profiles.into_iter().filter(|p| !ranked.iter().any(|r| r.memory.id == p.profile.id)).collect())
     }
 }

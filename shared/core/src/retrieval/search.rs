@@ -64,7 +64,7 @@ impl Retriever {
         let mut hits = if request.strategy == Strategy::Metadata {
             let mut tx = store::begin_read(pool, request.organization_id, self.config.read_budget_ms).await?;
             let rows = store::branches::metadata_branch(&mut tx, &scope, &request.filters, request.max_results).await?;
-            tx.commit().await?;
+            store::end_read(tx);
             rows.into_iter().map(|row| hit(row, 0.0, MatchKind::Metadata)).collect()
         } else {
             let wants_vector = matches!(request.strategy, Strategy::Vector | Strategy::Hybrid | Strategy::Graph);
@@ -128,7 +128,7 @@ impl Retriever {
         }
         let mut tx = store::begin_read(pool, organization_id, self.config.read_budget_ms).await?;
         let mut partitions = store::entities::profiles_among(&mut *tx, organization_id, &profiles).await?;
-        tx.commit().await?;
+        store::end_read(tx);
         // Per entity, the most sources first (ties by id): the first is kept.
         partitions.sort_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)).then(a.0.cmp(&b.0)));
         let mut seen = std::collections::HashSet::new();
@@ -180,7 +180,7 @@ impl Retriever {
                 }
                 frontier = next;
             }
-            tx.commit().await?;
+            store::end_read(tx);
             Ok(())
         }
         .await;

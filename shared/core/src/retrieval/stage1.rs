@@ -119,7 +119,7 @@ pub async fn vector_branch(
         let found = store::branches::vector_branch(&mut tx, scope, filters, query, rows, settings.extras, scan).await?;
         let moved_out =
             scan == VectorScan::Partition && found.is_empty() && !store::ann::partition_ready(&mut tx, org).await?;
-        tx.commit().await?;
+        store::end_read(tx);
         Ok::<_, sqlx::Error>((found, moved_out))
     };
     match read(settings.vector_scan).await? {
@@ -148,7 +148,7 @@ pub async fn keyword_branch(
         } else {
             super::keyword::keyword_branch(&mut tx, scope, filters, &search, bm25).await?
         };
-        tx.commit().await?;
+        store::end_read(tx);
         Ok(found)
     };
     tokio::time::timeout(budget, branch).await.unwrap_or_else(|_| {
