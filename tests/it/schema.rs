@@ -311,6 +311,21 @@ async fn a_memory_with_its_embedding_and_a_paragraph_of_text_stays_whole_in_its_
     assert_eq!(toast_bytes, 0, "embeddings or text were moved to the TOAST table");
 }
 
+/// Every session of the services is bounded in this database: a transaction left idle ends after 10 s (a warm Lambda
+/// frozen before its connection's release ended a read's transaction), a lock wait after 5 s, a statement after 30 s.
+#[sqlx::test(migrator = "memory_core::store::MIGRATOR")]
+async fn the_services_sessions_are_bounded(opts: PgPoolOptions, conn: PgConnectOptions) {
+    let db = Db::new(opts, conn).await;
+    let bounds: (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout'), \
+                current_setting('statement_timeout')",
+    )
+    .fetch_one(&db.app)
+    .await
+    .unwrap();
+    assert_eq!(bounds, ("10s".into(), "5s".into(), "30s".into()));
+}
+
 /// The schema starts from one baseline (`migrations/0001_baseline.sql`), dumped from the chain of migrations it
 /// replaced (kept in `tests/fixtures/migration-chain/`): both build the same schema, compared as
 /// `pg_dump --schema-only` gives it.
