@@ -254,6 +254,7 @@ async fn a_read_ends_its_transaction_as_its_connection_is_released(opts: PgPoolO
         assert_eq!(sqlx::query_as::<_, (String, String, String)>(settings).fetch_one(&mut *held).await.unwrap(), fresh);
     };
     let answer = r.query(RetrievalRequest::new(org, RetrievalMode::AgentQuery, "alpha")).await.unwrap();
+    assert!(!answer.degraded, "both branches answered, one after the other: {:?}", answer.degraded_reasons);
     assert_eq!(answer.memories.iter().map(|a| a.memory.id).collect::<Vec<_>>(), vec![m.id]);
     came_back().await;
     for strategy in [Strategy::Keyword, Strategy::Metadata] {
